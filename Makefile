@@ -1,0 +1,52 @@
+# GPU Memory Lab. A learner needs two commands:
+#   make lab    set up .venv (first time only) and open JupyterLab on notebooks/
+#   make test   set up .venv (first time only) and run the test suite
+# Instructor: make release (solutions/ -> notebooks/), make env-check; grading commands are
+# in autograder/README.md.
+#
+# The install runs again only when requirements.txt or pyproject.toml change (.venv/.stamp).
+# Override the interpreter with `make PYTHON=/path/to/python3.11 ...`.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stamp
+KERNEL_DISPLAY_NAME := Python 3 (GPU Memory Lab)
+# Jupyter refuses to start as root without --allow-root (CI containers run as root).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# nbgrader's gradebook runs the `alembic` executable from PATH: put the venv's bin/ first.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: lab test release env-check help
+
+help:
+	@echo "make lab        open JupyterLab on notebooks/ (sets up .venv the first time)"
+	@echo "make test       run the test suite (sets up .venv the first time)"
+	@echo "make release    regenerate notebooks/ from solutions/ (nbgrader generate_assignment)"
+	@echo "make env-check  print [OK]/[FAIL] for each part of the environment"
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+release: $(STAMP)
+	$(PY) -m memlab.instructor release
+
+env-check: $(STAMP)
+	$(PY) -m memlab.envcheck
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements.txt pyproject.toml | $(PY)
+	@$(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "$(VENV) is not Python 3.11: remove it and run make again"; exit 1; }
+	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -e . --no-deps
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "$(KERNEL_DISPLAY_NAME)"
+	@# Build matplotlib's font cache now, not on stderr inside a graded notebook.
+	$(PY) -c "import matplotlib.pyplot"
+	touch $@
