@@ -18,13 +18,16 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbgrader's gradebook runs the `alembic` executable from PATH: put the venv's bin/ first.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: lab test release env-check help
+.PHONY: lab test release env-check help grade-class gpu-check
 
 help:
 	@echo "make lab        open JupyterLab on notebooks/ (sets up .venv the first time)"
 	@echo "make test       run the test suite (sets up .venv the first time)"
 	@echo "make release    regenerate notebooks/ from solutions/ (nbgrader generate_assignment)"
 	@echo "make env-check  print [OK]/[FAIL] for each part of the environment"
+	@echo "make grade-class SUBMISSIONS=class.zip   grade a whole class (see autograder/README.md)"
+	@echo "make gpu-check  on a CUDA machine: run every solution notebook and the gpu tests,"
+	@echo "                write docs/gpu-report-<date>-<gpu>.md/.json (exit 2 without CUDA)"
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
@@ -37,6 +40,16 @@ release: $(STAMP)
 
 env-check: $(STAMP)
 	$(PY) -m memlab.envcheck
+
+# SUBMISSIONS: a folder or .zip of <student>/<assignment>/<notebook>.ipynb;
+# GRADE_ARGS: e.g. --workers 4 --cell-timeout 120 --memory-mb 4096 --out report/
+grade-class: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade-class SUBMISSIONS=path/to/class.zip [GRADE_ARGS='--workers 4']"; exit 2; }
+	$(PY) -m memlab.instructor grade-class "$(SUBMISSIONS)" $(GRADE_ARGS)
+
+# Needs a CUDA GPU (README.md, "Run on a GPU"); stops with exit 2 and a message without one.
+gpu-check: $(STAMP)
+	$(PY) -m memlab.gpucheck $(GPU_CHECK_ARGS)
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }

@@ -478,11 +478,279 @@ ACCUM = {
     ],
 }
 
+# Assignment 07 (interview prep): activations vs batch and depth, allocated vs reserved,
+# sharding. Same labels; written before the patterns, not fitted to them.
+ACTS = {
+    "strong": [
+        "During the forward pass every layer saves its outputs because the backward pass needs "
+        "them to compute the gradients. That saved memory is per example, so it grows linearly "
+        "with the batch size (and the sequence length), and it also grows linearly with the "
+        "number of layers, since each layer stores its own. The weights, their gradients and "
+        "Adam's state don't depend on the batch at all: they're a fixed cost for a given model. "
+        "So when you raise the batch, it's the activations that blow up and cause the OOM.",
+
+        "Parameters, gradients and optimizer state are fixed by the model size; the batch "
+        "doesn't change them. Activations are the intermediate results kept from the forward "
+        "pass for backprop, one set per sample per layer: double the batch and activation "
+        "memory doubles, double the depth and it doubles again. For transformers there is also "
+        "an attention term that grows with the square of the sequence length. That's why "
+        "activations usually dominate and decide whether a batch fits.",
+
+        "Activation memory ~ batch x seq_len x hidden x layers (plus an s^2 attention term), "
+        "because autograd keeps each layer's intermediate tensors until backward uses them. "
+        "Model states (weights, grads, optimizer moments) are independent of batch size. So "
+        "activations are the part that scales with the batch and usually the biggest consumer.",
+
+        "Think of it as fixed vs variable cost. The fixed part is the model: weights, gradients "
+        "and optimizer moments, the same whatever batch you pick. The variable part is what "
+        "autograd stashes during forward so backward can compute gradients: every layer's "
+        "intermediate outputs for every sample. It is proportional to batch size and to depth, "
+        "so a deeper model or a bigger batch multiplies it, and for large batches it is far "
+        "larger than the weights.",
+
+        "Backward needs the inputs of each op, so forward keeps them in memory until the "
+        "backward pass. Each layer adds its own activations, so memory grows linearly with "
+        "depth, and each sample adds its own, so it grows linearly with batch size "
+        "(quadratically with sequence length in eager attention). Parameters don't grow with "
+        "batch, so for a fixed model it's the activations that decide whether a batch fits.",
+    ],
+    "partial": [
+        "Because activations grow with the batch size, while the parameters stay the same.",
+
+        "Activations are stored in the forward pass so they can be used in backward, and "
+        "deeper networks have more of them.",
+
+        "Activation memory doubles when you double the batch size, and also when you double "
+        "the number of layers.",
+
+        "The weights are a fixed cost, but every sample in the batch adds its own activations, "
+        "so that part keeps growing.",
+    ],
+    "wrong": [
+        "Parameters take the most memory because the model has billions of them; the batch "
+        "size only changes how long an epoch takes.",
+
+        "Activations are the weights after the activation function, so they are the same size "
+        "as the parameters and don't depend on the batch.",
+
+        "Doubling the batch size doubles the gradients and the optimizer state, so the "
+        "gradients grow with the batch and they decide whether it fits.",
+
+        "Activation memory grows quadratically with the batch size, and the number of layers "
+        "does not matter.",
+    ],
+    "stuffed": [
+        "activations, forward, backward, saved, batch size, linear, layers, depth, parameters "
+        "fixed, optimizer state, quadratic, attention",
+        "activations activations batch batch batch layers layers linear linear saved saved "
+        "backward backward",
+        "activations saved forward backward linear batch linear depth parameters independent "
+        "batch dominate quadratic attention",
+    ],
+    "offtopic": [
+        "I like using Adam with a cosine learning rate schedule and a short warmup.",
+        "The GPU in my laptop is an RTX 3060 with 6 GB of memory, which is enough for games.",
+    ],
+    "copied": [
+        "Why do activations, rather than parameters, usually decide whether a training batch "
+        "fits in memory, and how does their memory scale with batch size and depth?",
+        "Activations, rather than parameters, usually decide whether a training batch fits in "
+        "memory.",
+    ],
+    "misconception": [
+        ("Forward saves every layer's activations for the backward pass, so that memory grows "
+         "linearly with batch size and with depth.",
+         "Forward saves every layer's activations for the backward pass, so that memory grows "
+         "linearly with batch size and with depth. The parameters and gradients also grow with "
+         "the batch size."),
+        ("Activations are saved for backward, and each layer keeps its own; the weights are a "
+         "fixed cost.",
+         "Activations are saved for backward, and each layer keeps its own; the weights are a "
+         "fixed cost. Activation memory grows quadratically with the batch size."),
+    ],
+}
+
+ALLOC = {
+    "strong": [
+        "memory_allocated() only counts the bytes of tensors that are alive right now. "
+        "PyTorch's caching allocator doesn't give freed memory back to the driver; it keeps "
+        "those blocks reserved so the next allocations can reuse them without a slow "
+        "cudaMalloc, so memory_reserved() is usually larger. nvidia-smi shows the reserved "
+        "memory plus the CUDA context and anything other processes use. It's not a leak as "
+        "long as allocated stays flat from step to step; the cache is simply reused.",
+
+        "Because of the caching allocator. When a tensor is freed, its block stays reserved by "
+        "PyTorch for reuse instead of returning to the GPU, so reserved >= allocated, and "
+        "nvidia-smi sees the reserved amount plus the CUDA context (a few hundred MB). A leak "
+        "would mean memory_allocated keeps growing every iteration; a big but stable reserved "
+        "pool is just the cache.",
+
+        "nvidia-smi doesn't know about PyTorch's tensors: it sees what the process has taken "
+        "from the driver, which is the allocator's reserved pool plus the CUDA context and "
+        "kernels. memory_allocated counts live tensors only. Freed blocks are cached for later "
+        "reuse, so the gap is cached memory, not lost memory. You'd only worry if allocated "
+        "keeps climbing across steps.",
+
+        "allocated = live tensors; reserved = what the caching allocator holds (live + cached "
+        "free blocks, rounded up); nvidia-smi = reserved + CUDA context + other processes. The "
+        "cached blocks get reused by later allocations, so it's not a leak unless allocated "
+        "grows every step. empty_cache() releases the cache but is rarely needed.",
+    ],
+    "partial": [
+        "PyTorch caches freed memory so it can reuse it for new tensors, so nvidia-smi shows "
+        "more than what's allocated.",
+
+        "memory_allocated only counts live tensors, while nvidia-smi also includes the CUDA "
+        "context.",
+
+        "The difference is the reserved memory: the allocator keeps it even after the tensors "
+        "are deleted.",
+
+        "nvidia-smi also counts the CUDA context and other processes on the GPU; you can call "
+        "torch.cuda.empty_cache() to give unused memory back.",
+    ],
+    "wrong": [
+        "Because of a memory leak in your training loop: some tensors are never freed, so you "
+        "should call torch.cuda.empty_cache() after every step.",
+
+        "nvidia-smi is inaccurate; it rounds memory up to whole gigabytes and updates too "
+        "slowly.",
+
+        "memory_allocated only shows the memory of the model parameters, while nvidia-smi also "
+        "counts the gradients.",
+
+        "The GPU compresses tensors in hardware, so the number from PyTorch is smaller than "
+        "what the driver reports.",
+    ],
+    "stuffed": [
+        "caching allocator, reserved, allocated, live tensors, CUDA context, other processes, "
+        "reuse, empty_cache, not a leak, memory_reserved",
+        "reserved reserved reserved cache cache cache context context allocated allocated "
+        "reuse reuse",
+        "allocator caches freed blocks reserved reuse live tensors allocated context "
+        "nvidia-smi empty_cache stable leak",
+    ],
+    "offtopic": [
+        "Gradient checkpointing trades compute for memory by recomputing activations.",
+        "My training run crashed last night because the data loader ran out of files.",
+    ],
+    "copied": [
+        "Why can nvidia-smi show much more GPU memory in use than torch.cuda.memory_allocated(), "
+        "and why is that usually not a leak?",
+        "nvidia-smi can show much more GPU memory in use than torch.cuda.memory_allocated(), "
+        "and that is usually not a leak.",
+    ],
+    "misconception": [
+        ("memory_allocated counts live tensors; the caching allocator keeps freed blocks "
+         "reserved for reuse, and nvidia-smi adds the CUDA context.",
+         "memory_allocated counts live tensors; the caching allocator keeps freed blocks "
+         "reserved for reuse, and nvidia-smi adds the CUDA context. So it is a memory leak, "
+         "and you should restart the kernel."),
+        ("The caching allocator keeps freed blocks for reuse, so memory_reserved is larger "
+         "than memory_allocated.",
+         "The caching allocator keeps freed blocks for reuse, so memory_reserved is larger "
+         "than memory_allocated. Calling empty_cache() frees the tensors and lowers "
+         "memory_allocated."),
+    ],
+}
+
+SHARD = {
+    "strong": [
+        "Checkpointing, mixed precision and accumulation mostly shrink activations. The model "
+        "states stay: with mixed-precision Adam that's 16 bytes per parameter, so a 7B model "
+        "needs about 112 GB before any activation, more than one GPU has. Plain data "
+        "parallelism doesn't help, since every GPU keeps a full replica. ZeRO/FSDP shard the "
+        "optimizer states, gradients and parameters across the data-parallel GPUs, so each "
+        "holds roughly 1/N of them, at the price of extra communication. Tensor or pipeline "
+        "parallelism split the layers themselves; you need them when even one layer doesn't "
+        "fit, and they add pipeline bubbles.",
+
+        "You shard when the parameters, gradients and optimizer state no longer fit on a single "
+        "GPU. Data parallelism copies all of them onto every GPU, so adding GPUs doesn't reduce "
+        "per-GPU memory. ZeRO stage 1/2/3 (or FSDP) partition the optimizer state, then the "
+        "gradients, then the parameters across the N GPUs, so per-GPU memory drops to about "
+        "1/N, but weights have to be gathered before each layer, which costs bandwidth. Model "
+        "parallelism (tensor or pipeline) is for when a single layer is too big or you need to "
+        "split the work.",
+
+        "Single-GPU tricks don't reduce the optimizer state or the weights much, they mainly "
+        "target activations. Once the model states are bigger than one device's memory you "
+        "have to spread them: FSDP keeps only a shard of the params, grads and Adam moments on "
+        "each rank and all-gathers them when needed, trading memory for communication. Tensor "
+        "parallelism splits individual matmuls across GPUs and pipeline parallelism splits the "
+        "layers into stages; use those when even a sharded layer doesn't fit.",
+
+        "When the model itself does not fit on one GPU. DDP replicates everything, so it never "
+        "lowers memory per GPU. Sharding (ZeRO-3/FSDP) splits params, grads and optimizer "
+        "states so each GPU stores 1/N of them; the cost is more communication. Pipeline or "
+        "tensor parallelism puts different layers on different GPUs when a layer or its "
+        "activations are too large.",
+    ],
+    "partial": [
+        "When the model is too big to fit on one GPU, you split its parameters across several "
+        "GPUs.",
+
+        "FSDP shards the optimizer state, gradients and parameters across GPUs, but it needs a "
+        "lot of communication.",
+
+        "With data parallelism each GPU has a full copy of the model, which wastes memory; ZeRO "
+        "removes that by partitioning the optimizer states across GPUs.",
+
+        "Pipeline parallelism puts different layers on different GPUs; you use it when one GPU "
+        "can't hold the model, and it has idle bubbles.",
+    ],
+    "wrong": [
+        "Use data parallelism: with 8 GPUs each GPU needs 8 times less memory for the model.",
+
+        "Sharding is only for speed and doesn't change memory; use it for small models that "
+        "train too slowly.",
+
+        "You shard the dataset into pieces so that each GPU loads fewer images and the "
+        "epoch finishes sooner.",
+
+        "Always shard, it's free: there is no extra communication and every model gets faster.",
+    ],
+    "stuffed": [
+        "ZeRO, FSDP, shard optimizer states, gradients, parameters, 1/N, communication, "
+        "all-gather, replica, tensor parallelism, pipeline parallelism, bubbles",
+        "shard shard shard replica replica communication communication parameters parameters "
+        "gpus gpus",
+        "model states do not fit replica data parallel shard optimizer gradients parameters "
+        "communication pipeline tensor layers bubbles",
+    ],
+    "offtopic": [
+        "I usually pick the learning rate with a range test before training.",
+        "Python lists are slower than NumPy arrays for numeric work.",
+    ],
+    "copied": [
+        "When and why would you shard training state across GPUs (ZeRO/FSDP) or split the "
+        "model itself (tensor or pipeline parallelism), instead of only using single-GPU "
+        "tricks?",
+        "You would shard training state across GPUs or split the model itself instead of only "
+        "using single-GPU tricks.",
+    ],
+    "misconception": [
+        ("ZeRO shards the parameters, gradients and optimizer states across GPUs so each holds "
+         "about 1/N, at the cost of communication.",
+         "ZeRO shards the parameters, gradients and optimizer states across GPUs so each holds "
+         "about 1/N, at the cost of communication. Plain data parallelism also reduces the "
+         "memory per GPU by N."),
+        ("When the model states do not fit on one GPU, FSDP splits the parameters, gradients "
+         "and optimizer state across the GPUs.",
+         "When the model states do not fit on one GPU, FSDP splits the parameters, gradients "
+         "and optimizer state across the GPUs. Sharding is free, there is no communication "
+         "overhead."),
+    ],
+}
+
 LABELLED = {
     "oom_before_batch": OOM,
     "checkpointing_cost": CKPT,
     "fp16_loss_scaling": FP16,
     "accumulation_equivalence": ACCUM,
+    "activations_scaling": ACTS,
+    "allocated_vs_reserved": ALLOC,
+    "sharding_when_why": SHARD,
 }
 
 
@@ -627,6 +895,30 @@ def test_keyword_list_inside_an_answer_earns_nothing_for_the_list():
     a, b = grade_text(sentence, rid), grade_text(listed, rid)
     assert b.score == pytest.approx(a.score), b.report()
     assert any("bare terms" in line for line in b.feedback)
+
+
+@pytest.mark.parametrize("answer,rid", [
+    # a term with a function word in it ("other processes", "not a leak", "all gather") does
+    # not end a keyword list
+    ("caching allocator, reserved, allocated, live tensors, CUDA context, other processes, "
+     "reuse, empty_cache, not a leak, memory_reserved", "allocated_vs_reserved"),
+    ("ZeRO, FSDP, shard optimizer states, gradients, parameters, 1/N, communication, "
+     "all-gather, replica, tensor parallelism, pipeline parallelism, bubbles", "sharding_when_why"),
+    # eight or more words without a function word, even after a short clause that has one
+    ("model states do not fit replica data parallel shard optimizer gradients parameters "
+     "communication pipeline tensor layers bubbles", "sharding_when_why"),
+])
+def test_keyword_lists_with_a_few_function_words_earn_nothing(answer, rid):
+    r = grade_text(answer, rid)
+    assert r.score == 0.0, r.report()
+
+
+def test_a_short_enumeration_inside_prose_is_not_a_keyword_list():
+    answer = ("Use bf16, then checkpointing, then accumulation; only as a last resort reduce the "
+              "batch, because that changes the training dynamics.")
+    r = grade_text(answer, "oom_before_batch")
+    assert not any("bare terms" in line for line in r.feedback), r.report()
+    assert r.score > 0.5, r.report()
 
 
 def test_terse_notes_are_graded_but_flagged():

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -40,8 +40,9 @@ from .tracker import measure_peak
 
 __all__ = [
     "micro_batch_sizes", "group_sizes", "full_batch_gradients", "current_gradients",
-    "max_abs_diff", "classifier", "NORMS", "normed_classifier", "toy_classification", "padded_lm_batch", "lm_loss",
-    "Event", "TrainingSpy", "check_micro_batches", "check_accumulation", "skip_until_written", "peak_increase", "time_per_call",
+    "max_abs_diff", "classifier", "NORMS", "normed_classifier", "toy_classification",
+    "padded_lm_batch", "lm_loss", "Event", "TrainingSpy", "check_micro_batches",
+    "check_accumulation", "skip_until_written", "peak_increase", "time_per_call",
 ]
 
 
@@ -189,7 +190,7 @@ class TrainingSpy:
 
     >>> with TrainingSpy(model, optimizer, scheduler, scaler) as spy:
     ...     train(model, optimizer, scheduler, ...)
-    >>> print(spy.trace())          # F8 B sc ... S L Z | ...
+    >>> print(spy.trace())          # Z F8 sc B F8 sc B un [ S ] up L ...
     >>> spy.count("step")
 
     What it hooks (and removes again on exit):
@@ -367,7 +368,10 @@ def check_micro_batches(spy: TrainingSpy, sizes: Sequence[int]) -> list[str]:
     n = len(sizes)
     seen = spy.forward_sizes()
     if seen != sizes:
-        if len(seen) < n:
+        if not seen:
+            why = ("no forward was seen: call the model as model(x) (not model.forward(x)), with "
+                   "gradients enabled.")
+        elif len(seen) < n:
             why = ("fewer forwards than micro-batches: is the last, shorter micro-batch dropped, "
                    "or the whole batch run at once?")
         elif len(seen) > n:

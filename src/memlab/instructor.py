@@ -6,6 +6,10 @@ Used by: `make release`, autograder/README.md, tests/test_nbgrader_pipeline.py.
     python -m memlab.instructor autograde ASSIGNMENT [--student ID ...]
     python -m memlab.instructor feedback ASSIGNMENT [--student ID ...]
     python -m memlab.instructor export [--to FILE]             grades as CSV
+    python -m memlab.instructor grade-class SUBMISSIONS [--workers N] [--out DIR] ...
+                                 a whole class (folder or zip) in parallel: autograde,
+                                 feedback, CSV, summary (memlab.grade_class)
+    python -m memlab.instructor reviews [ASSIGNMENT]           answers flagged for manual review
 
 Every command loads autograder/nbgrader_config.py (or ``--config FILE``) and drives nbgrader
 through its Python API (``nbgrader.apps.NbGraderAPI``), one process for all students: the
@@ -64,13 +68,18 @@ def _venv_bin_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([bin_dir, *parts])
 
 
-def make_api(config_path: str | Path | None = None):
-    """An ``NbGraderAPI`` bound to the course config (which creates autograder/work/)."""
+def make_api(config_path: str | Path | None = None, overrides: dict | None = None):
+    """An ``NbGraderAPI`` bound to the course config (which creates autograder/work/).
+
+    ``overrides``: ``{"Execute": {"timeout": 10}}``-style settings applied over the file."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
     _venv_bin_on_path()
     config = load_config(config_path)
+    for section, values in (overrides or {}).items():
+        for key, value in values.items():
+            setattr(config[section], key, value)
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
     api.log.setLevel(logging.WARNING)
@@ -178,6 +187,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--student", action="append", default=None)
     p = sub.add_parser("export", help="export grades as CSV")
     p.add_argument("--to", default=None)
+    p = sub.add_parser("reviews", help="list autograded answers flagged for manual review "
+                                       "(and, for 07, a clean regrade outside the kernel)")
+    p.add_argument("assignment", nargs="?", default=None)
+    p = sub.add_parser("grade-class", help="grade a whole class (folder or zip of <student>/<assignment>/)",
+                       description="Autograde every assignment of every student in parallel, write "
+                                   "feedback, grades.csv and a summary. See autograder/README.md.")
+    p.add_argument("submissions", help="folder or .zip laid out as <student>/<assignment>/<notebook>.ipynb")
+    p.add_argument("--out", default=None, help="report folder (default: autograder/work/class_report)")
+    p.add_argument("--workers", type=int, default=0, help="grading processes (default: one per core)")
+    p.add_argument("--cell-timeout", type=int, default=None,
+                   help="seconds per cell (default: Execute.timeout of the config)")
+    p.add_argument("--submission-timeout", type=int, default=900,
+                   help="wall-clock seconds per student and assignment (default 900)")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="address-space limit per kernel in MiB (0: none; default 4096)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     args = parser.parse_args(argv)
 
     try:
@@ -192,7 +217,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"feedback written for {args.assignment}")
         elif args.command == "export":
             print(f"grades exported to {export(args.to, args.config)}")
-    except NbgraderError as exc:
+        elif args.command == "reviews":
+            from . import interview
+
+            print(interview.format_reviews(interview.course_reviews(args.assignment, args.config)))
+        elif args.command == "grade-class":
+            from .grade_class import GradeSettings, grade_class
+
+            cell_timeout = args.cell_timeout or int(load_config(args.config).Execute.timeout or 300)
+            settings = GradeSettings(workers=args.workers, cell_timeout=cell_timeout,
+                                     submission_timeout=args.submission_timeout,
+                                     memory_mb=args.memory_mb)
+            report = grade_class(args.submissions, config_path=args.config, out=args.out,
+                                 settings=settings, progress=not args.quiet)
+            n = len(report.results)
+            print(f"graded {n} submissions with {report.workers} workers in {report.seconds:.0f} s "
+                  f"({report.seconds / max(n, 1):.1f} s per submission)")
+            print(f"report: {report.out}/summary.md (grades.csv, submissions.csv, questions.csv, "
+                  f"review.csv, score_distribution.png)")
+    except (NbgraderError, FileNotFoundError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
     return 0

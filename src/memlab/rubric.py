@@ -43,8 +43,9 @@ Guards, in order:
   run through the patterns;
 - runs of 5 or more words that also occur in the question (after crude stemming) are
   blanked out: copying the prompt earns nothing;
-- keyword lists are blanked out: 6 or more bare terms in a row ("fp16, bf16,
-  checkpointing, ..."), or 8 or more words without a single function word. The whole
+- keyword lists are blanked out: 6 or more short terms in a row, three quarters of them
+  bare ("fp16, bf16, checkpointing, all-gather, ..."), or 8 or more words in a row without a
+  single function word, also inside a longer phrase. The whole
   answer scores 0 when little else is left, when fewer than 5% of its words are function
   words, when the same terms or phrases repeat, or when terms are glued with the same
   few words ("the X and the Y and the Z", "It is about X. It is about Y.");

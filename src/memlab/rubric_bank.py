@@ -1,8 +1,10 @@
 """The course's short-answer rubrics, for :func:`memlab.rubric.grade_text`.
 
 Used by: the written questions of 03 (checkpointing), 04 (mixed precision),
-05 (gradient accumulation) and 07 (OOM triage), and the self-study reveal
-(``RUBRICS[id].model_answer`` / ``.explanation``).
+05 (gradient accumulation) and 07 (interview prep: all seven rubrics; ``activations_scaling``,
+``allocated_vs_reserved`` and ``sharding_when_why`` were written for it), and the self-study
+reveal of :mod:`memlab.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
+an attempt; the text is public in this file anyway).
 
 Patterns are matched against normalised text (see :func:`memlab.rubric.normalize`):
 lowercase, contractions expanded ("does not"), hyphens as spaces, ``fp16``/``bf16``/
@@ -13,7 +15,9 @@ phrasing here together with that answer as a labelled case in tests/test_rubric.
 
 Sources for the facts: the course brief; REFERENCE.md (Chen et al. 2016 for
 checkpointing, Korthikanti et al. 2022 for the recompute cost, Micikevicius et al. 2018
-for loss scaling, transformers#24725 and pytorch#46516 for accumulation pitfalls).
+for loss scaling, transformers#24725 and pytorch#46516 for accumulation pitfalls,
+Korthikanti et al. 2022 for activations, PyTorch's CUDACachingAllocator and pytorch#40989 for
+allocated vs reserved, Rajbhandari et al. 2020 (ZeRO) for sharding).
 """
 from __future__ import annotations
 
