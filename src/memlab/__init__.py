@@ -43,7 +43,8 @@ __all__ = [
 
 # Topic modules of single notebooks load on first use (``ml.amp``, ``ml.checkpointing``, ...),
 # so ``import memlab`` stays fast for the autograder.
-_LAZY = {"accumulation", "amp", "calculator", "checkpointing", "instructor", "interview",
+_LAZY = {"accumulation", "amp", "calculator", "checkpointing", "instructor", "interview", "oom",
+         "distributed", "gpucheck", "grading",
          "envcheck", "plots"}
 
 

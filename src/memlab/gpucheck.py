@@ -11,8 +11,8 @@ Three parts, each recorded even when another fails:
    (``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``, read by a cell appended to the
    copy).
 2. **Benchmark**: one fixed TinyGPT training step (AdamW) measured per technique: baseline (fp32),
-   gradient checkpointing (every block), mixed precision (autocast bf16, fp16 where bf16 is not
-   supported) and gradient accumulation (4 micro-batches). Per technique: peak allocated and
+   gradient checkpointing (every block), mixed precision (autocast bf16; fp16 before Ampere, where bf16
+   is emulated) and gradient accumulation (4 micro-batches). Per technique: peak allocated and
    peak reserved during the step (CUDA allocator), the same step's peak counted by memlab's exact
    CPU tracker (the agreement ratio should be close to 1), and the median step time as a ratio of
    the baseline's.
@@ -192,7 +192,8 @@ class TechniqueResult:
 
 
 def _amp_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    # before Ampere (T4, V100) bf16 is emulated, slowly: fp16 is what such a card would use
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 8:
         return torch.float16
     return torch.bfloat16
 

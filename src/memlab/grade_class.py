@@ -236,6 +236,9 @@ def _scan(nb_path: Path) -> dict:
             if s.startswith(GUARD_MARKER):
                 guards.append(_first_line(s[len(GUARD_MARKER):], 200))
         for e in errors:
+            if e.get("ename") == "TamperError":
+                msg = str(e.get("evalue", ""))
+                guards.append(_first_line(msg[len(GUARD_MARKER):] if msg.startswith(GUARD_MARKER) else msg, 200))
             if e.get("ename") in ("CellTimeoutError", "TimeoutError") or (
                     e.get("ename") == "KeyboardInterrupt"):
                 events.append(f"{gid}: interrupted after the per-cell timeout")
@@ -248,7 +251,7 @@ def _scan(nb_path: Path) -> dict:
         if m.get("grade") and not m.get("solution"):
             tests[gid] = {
                 "error": (f"{errors[0].get('ename')}: {_first_line(errors[0].get('evalue', ''), 100)}"
-                          if errors else ""),
+                          .rstrip(": ") if errors else ""),
                 "stderr": _first_line(stderr, 100) if stderr.strip() else "",
             }
     return {"tests": tests, "events": events, "reviews": reviews, "guards": sorted(set(guards))}
@@ -295,10 +298,16 @@ def _grade_job(api, job: dict) -> dict:
         if not fb.get("success"):
             reasons.append("feedback HTML could not be written")
     grades: dict[str, dict[str, list]] = {}
+    from nbgrader.api import MissingEntry
+
     with Gradebook(cd.db_url, cd.course_id) as gb:
-        sub = gb.find_submission(assignment, student)
-        timestamp = sub.timestamp.isoformat() if sub.timestamp else None
-        for snb in sub.notebooks:
+        try:
+            sub = gb.find_submission(assignment, student)
+        except MissingEntry:  # nbgrader stopped before it recorded the submission
+            status = "failed"
+            sub = None
+        timestamp = sub.timestamp.isoformat() if sub is not None and sub.timestamp else None
+        for snb in (sub.notebooks if sub is not None else []):
             for g in snb.grades:
                 auto = g.auto_score if status == "ok" else 0.0
                 grades.setdefault(snb.name, {})[g.name] = [
@@ -342,7 +351,7 @@ def _worker_main() -> None:
 
 # --------------------------------------------------------------------------- main side
 class _Worker:
-    def __init__(self, index: int, base: Path, main_root: Path, config_src: Path,
+    def __init__(self, index: int, base: Path, main_root: Path, main_db: Path, config_src: Path,
                  assignments: Sequence[str], settings: GradeSettings, threads: int):
         self.index = index
         self.dir = base / f"w{index}"
@@ -354,12 +363,11 @@ class _Worker:
         if not self.root.exists():
             (self.root / "autograder" / "work").mkdir(parents=True)
             shutil.copy(config_src, self.root / "autograder" / "nbgrader_config.py")
-            shutil.copy(main_root / "autograder" / "work" / "gradebook.db",
-                        self.root / "autograder" / "work" / "gradebook.db")
             for a in assignments:  # data files only: no notebook (no solution) in the worker
                 src = main_root / "solutions" / a
                 shutil.copytree(src, self.root / "solutions" / a,
                                 ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+        self.main_db = main_db
         self.proc: subprocess.Popen | None = None
         self._buf = b""
 
@@ -390,6 +398,12 @@ class _Worker:
         self.ready = False
 
     def send(self, job: dict) -> None:
+        # A fresh copy of the course gradebook for every job: learner code that edits the
+        # worker's gradebook (hidden tests, scores) cannot reach the next submission. The main
+        # process is idle here (it merges between jobs), so the file is consistent.
+        db = self.root / "autograder" / "work" / "gradebook.db"
+        shutil.copy(self.main_db, db.with_suffix(".tmp"))
+        os.replace(db.with_suffix(".tmp"), db)
         self.job = job
         self.started = time.monotonic()
         self.proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -438,14 +452,16 @@ def _progress(done: int, total: int, t0: float, last: str, enabled: bool) -> Non
     sys.stderr.flush()
 
 
-def _run_jobs(jobs: list[dict], base: Path, main_root: Path, config_src: Path,
+def _run_jobs(api, jobs: list[dict], base: Path, main_root: Path, config_src: Path,
               assignments: Sequence[str], settings: GradeSettings, on_result, progress: bool) -> int:
     from .grading_kernel import write_kernelspec
 
     write_kernelspec(base / "jupyter", memory_mb=settings.memory_mb)
     n = min(settings.workers or os.cpu_count() or 1, len(jobs)) or 1
     threads = settings.threads_per_kernel or max(1, (os.cpu_count() or 1) // n)
-    workers = [_Worker(i, base, main_root, config_src, assignments, settings, threads) for i in range(n)]
+    main_db = Path(api.coursedir.db_url.replace("sqlite:///", "", 1))
+    workers = [_Worker(i, base, main_root, main_db, config_src, assignments, settings, threads)
+               for i in range(n)]
     queue = list(jobs)
     done = 0
     t0 = time.monotonic()
@@ -564,6 +580,10 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
 
     from . import instructor
 
+    import warnings
+
+    # nbgrader 0.9.6 + SQLAlchemy 2 warn "not in session" on every new submission: noise.
+    warnings.filterwarnings("ignore", message=".*not in session.*")
     settings = settings or GradeSettings()
     t_start = time.monotonic()
     api = instructor.make_api(config_path)
@@ -612,7 +632,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                             shutil.copytree(srcdir, dst)
                 results.append(res)
 
-            n = _run_jobs(jobs, base, main_root, config_src, assignments, settings, on_result, progress)
+            n = _run_jobs(api, jobs, base, main_root, config_src, assignments, settings, on_result, progress)
         report = ClassReport(out=out, results=sorted(results, key=lambda r: (r["student"], r["assignment"])),
                              seconds=time.monotonic() - t_start, workers=n)
         _write_report(api, report, ignored)

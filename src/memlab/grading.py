@@ -200,7 +200,11 @@ def guard() -> None:
         return
     message = ("grading guard: " + "; ".join(problems)
                + ". Remove the code that patches them: tests refuse to grade a patched kernel.")
-    for stream in (_STDERR, sys.__stderr__):
+    streams = []
+    for stream in (sys.stderr, _STDERR, sys.__stderr__):  # the notebook's stderr first
+        if stream is not None and all(stream is not s for s in streams):
+            streams.append(stream)
+    for stream in streams:
         try:
             stream.write(message + "\n")
             stream.flush()

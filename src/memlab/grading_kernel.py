@@ -5,7 +5,8 @@
 Before the IPython kernel starts, in its own process:
 
 * ``RLIMIT_AS`` (address space) caps the kernel's memory: a memory hog gets ``MemoryError`` /
-  a failed allocation inside its cell instead of taking the machine down;
+  a failed allocation inside its cell instead of taking the machine down (not where an NVIDIA
+  GPU is visible: CUDA needs far more address space than memory; use a cgroup there);
 * ``RLIMIT_CPU`` (optional) caps its CPU seconds; ``RLIMIT_CORE`` = 0 (no core dumps);
 * ``PR_SET_PDEATHSIG`` (Linux): the kernel is killed when the grading worker that started it
   dies (jupyter_client starts kernels in their own session, so killing the worker's process
@@ -38,6 +39,15 @@ def _set_pdeathsig() -> None:
         pass
 
 
+def _nvidia_gpu_visible() -> bool:
+    """CUDA reserves tens of GiB of virtual address space (and maps device memory into it), so
+    an address-space limit breaks CUDA: it is not applied where an NVIDIA GPU is visible
+    (limit the whole run with a cgroup there, see autograder/README.md)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
+
+
 def _limit(which: int, value: int) -> None:
     try:
         soft, hard = resource.getrlimit(which)
@@ -59,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             cpu_s = value
     _set_pdeathsig()
     _limit(resource.RLIMIT_CORE, 0)
-    if memory_mb > 0:
+    if memory_mb > 0 and not _nvidia_gpu_visible():
         _limit(resource.RLIMIT_AS, memory_mb * 1024 * 1024)
     if cpu_s > 0:
         _limit(resource.RLIMIT_CPU, cpu_s)

@@ -357,7 +357,7 @@ def fits(spec: JobSpec, config: JobConfig, budget_bytes: int, *,
 
 
 def time_per_step(spec: JobSpec, config: JobConfig, *, device: str | torch.device | None = None,
-                  steps: int = 3) -> float:
+                  steps: int = 4) -> float:
     """Median wall-clock seconds per optimizer step (one effective batch), without a tracker,
     the first step left out (it allocates the optimizer state)."""
     return run_job(spec, config, device=device, steps=steps, measure=False).seconds_per_step
