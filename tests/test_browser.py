@@ -124,6 +124,7 @@ class LabServer:
         self.port, self.token = _free_port(), secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "jupyterlab.log"
+        self.runtime_dir = tmp / "jupyter-runtime"
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
                f"--port={self.port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={course}"]
@@ -150,24 +151,42 @@ class LabServer:
         return self.log_path.read_text(errors="replace")[-n:]
 
     def stop(self) -> None:
-        """Kill the server's whole process group (the server and its kernels)."""
+        """Shut the server down, then kill its process group and any kernel it left behind.
+
+        Kernels run in sessions of their own (jupyter_client starts them with
+        start_new_session), so they are found by their connection files in this test's
+        runtime folder and killed by pid.
+        """
         try:
-            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(wait)
-                    if sig == signal.SIGTERM:   # the kernels may outlive the server: finish them
-                        os.killpg(self.proc.pid, signal.SIGKILL)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        except ProcessLookupError:
+            req = urllib.request.Request(f"{self.url}/api/shutdown?token={self.token}", method="POST")
+            urllib.request.urlopen(req, timeout=5).close()
+            self.proc.wait(15)
+        except (OSError, subprocess.TimeoutExpired):
             pass
-        finally:
-            self._log.close()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(10)
+            except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+                pass
+        for pid in _pids_with_arg(str(self.runtime_dir)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._log.close()
+
+
+def _pids_with_arg(text: str) -> list[int]:
+    """Processes whose command line mentions ``text`` (Linux /proc; empty elsewhere)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in entry.joinpath("cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return [p for p in pids if p != os.getpid()]
 
 
 def _prompts(page) -> list[str]:
@@ -257,7 +276,9 @@ def _run_notebook(page, server: LabServer, nb_path: Path, n_code_cells: int) -> 
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.locator(".lm-Menu-item", has_text=re.compile(r"^Run All Cells")).first.click()
     _wait_run_all(page, n_code_cells)
-    page.screenshot(path=str(SHOTS / "01_run_all_top.png"))
+    page.screenshot(path=str(SHOTS / "01_run_all_end.png"))
+    page.locator(".jp-Notebook .jp-CodeCell").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "01_run_all_first_cell.png"))
 
     errors = _page_errors(page)
     traces = [e for e in errors if "Traceback" in e or "Error" in e]

@@ -9,7 +9,6 @@ runs the benchmark on CUDA where there is one.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +76,7 @@ def fake_report(*, test_outcome: str = "passed", notebook_passed: bool = True) -
              "seconds": 0.100, "allocated_vs_baseline": 1.0, "time_vs_baseline": 1.0,
              "tracker_vs_allocator": 0.998, "notes": [], "error": None},
             {"technique": "checkpointing", "peak_allocated": GiB, "peak_reserved": 2 * GiB,
+             "tracker_peak": GiB,
              "seconds": 0.130, "allocated_vs_baseline": 0.25, "time_vs_baseline": 1.3,
              "tracker_vs_allocator": 0.997, "notes": ["every block"], "error": None},
             {"technique": "amp", "error": "OutOfMemoryError: tried to allocate", "notes": []},
@@ -109,7 +109,8 @@ def test_write_report_on_fake_data(tmp_path):
     assert md.startswith("# GPU check: NVIDIA GeForce RTX 4080 (16GB) (2026-11-29)")
     assert "**PASS**" in md
     assert "| 01_where_memory_goes/01_where_memory_goes.ipynb | pass | 41 s | 2/2 | 3.00 GiB | 4.00 GiB | baseline: 4.00 GiB |" in md
-    assert "| checkpointing | 1.00 GiB | 2.00 GiB | 0.25x | 130.0 ms | 1.30x | 1.00x | every block |" in md
+    assert "| checkpointing | 1.00 GiB | 2.00 GiB | 0.25x | 1.00 GiB | 130.0 ms | 1.30x | 1.00x | every block |" in md
+    assert "Total time 312 s (within the 10-minute target)" in md
     assert "1 passed, 1 skipped" in md
     assert "| `tests.test_amp::test_y` | skipped | needs bf16 |" in md
 
@@ -128,6 +129,11 @@ def test_any_failure_makes_the_report_fail(tmp_path, change):
         assert "- `01_where_memory_goes/01_where_memory_goes.ipynb`: t2: stderr: UserWarning" in md
     if change == "benchmark":
         assert "| amp | error: OutOfMemoryError: tried to allocate |" in md
+    report = fake_report()
+    report["seconds"] = 700
+    report["benchmark"]["techniques"].pop()
+    _, md_path = gpucheck.write_report(report, tmp_path / "slow")
+    assert "(OVER the 10-minute target)" in md_path.read_text()
 
 
 # --------------------------------------------------------------------------- notebook summary

@@ -556,7 +556,13 @@ def _merge(gb, api, base_workers: Path, result: dict) -> None:
     """Write one job's grades into the main gradebook and copy its notebooks (one writer)."""
     student, assignment = result["student"], result["assignment"]
     gb.update_or_create_student(student)
-    gb.update_or_create_submission(assignment, student)
+    if result.get("timestamp"):  # from the submission's timestamp.txt (late penalties)
+        from datetime import datetime
+
+        gb.update_or_create_submission(assignment, student,
+                                       timestamp=datetime.fromisoformat(result["timestamp"]))
+    else:
+        gb.update_or_create_submission(assignment, student)
     sub = gb.find_submission(assignment, student)
     for snb in sub.notebooks:
         for g in snb.grades:
@@ -655,8 +661,10 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     instructor.export(out / "grades.csv", api=api)
     rows, review_rows = [], []
     per_question: dict[tuple[str, str, str], list[float]] = {}
+    audits = _interview_audits(api, report.results)
     for r in report.results:
         reason, review = _reason_text(r)
+        review += [x for x in audits.get((r["student"], r["assignment"]), []) if x not in review]
         r["reason"], r["review"] = reason, review
         rows.append({"student": r["student"], "assignment": r["assignment"],
                      "score": f"{r['score']:g}", "max_score": f"{r['max_score']:g}",
@@ -708,6 +716,37 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     if ignored:
         lines += ["", "Ignored folders (not an assignment in the gradebook): " + ", ".join(ignored)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _interview_audits(api, results: list[dict]) -> dict[tuple[str, str], list[str]]:
+    """Review items of :func:`memlab.interview.review_notebook` (a clean regrade of interview
+    answers outside the kernel, from the source notebook's tests) for each graded notebook."""
+    audits: dict[tuple[str, str], list[str]] = {}
+    try:
+        from . import interview
+    except Exception:  # the interview module is optional for this command
+        return audits
+    cd = api.coursedir
+    for r in results:
+        if r["status"] != "ok":
+            continue
+        folder = Path(cd.format_path(cd.autograded_directory, r["student"], r["assignment"]))
+        for nb_path in sorted(folder.glob("*.ipynb")):
+            source = Path(cd.format_path(cd.source_directory, ".", r["assignment"])) / nb_path.name
+            try:
+                items = interview.review_notebook(nb_path, source if source.is_file() else None,
+                                                  student=r["student"], assignment=r["assignment"],
+                                                  notebook=nb_path.name)
+            except Exception as exc:
+                items = []
+                audits.setdefault((r["student"], r["assignment"]), []).append(
+                    f"interview audit failed ({type(exc).__name__})")
+            for item in items:
+                if item.source == "flagged":
+                    continue  # the same NEEDS MANUAL REVIEW line the scan already lists
+                audits.setdefault((r["student"], r["assignment"]), []).append(
+                    f"{item.question} [{item.source}] {item.reason}")
+    return audits
 
 
 def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:

@@ -97,7 +97,9 @@ def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
         attrs, _ = t.__tensor_flatten__()
         out: list[torch.UntypedStorage] = []
         for a in attrs:
-            out.extend(_storages(getattr(t, a)))
+            inner = getattr(t, a)
+            if isinstance(inner, torch.Tensor):  # DTensor also names its DeviceMesh here
+                out.extend(_storages(inner))
         return out
     if t.layout is not torch.strided:  # sparse and friends: not used by the course
         return []
