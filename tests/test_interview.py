@@ -133,7 +133,16 @@ def test_practice_keys_never_grade_a_graded_answer_as_right(solution_answers):
                 assert r.score < 1.0, f"practice {qid} (seed {seed}) has the graded key {p.key} {p.unit}"
                 assert p.check(f"{p.key} {p.unit}").score == 1.0
             else:
-                assert set(p.options) >= set(p.key if isinstance(p.key, (tuple, list)) else [p.key])
+                labels = list(p.key) if isinstance(p.key, (tuple, list)) else [p.key]
+                assert set(p.options) >= set(labels)
+                assert p.check(p.key if q.kind == "choice" else labels).score == 1.0
+                graded = solution_answers[q.variable]
+                graded = [graded] if isinstance(graded, str) and q.kind == "choice" else graded
+                if isinstance(graded, str):
+                    graded = iv._label_list(graded, ordered=q.kind == "ordering")
+                assert sorted(labels) != sorted(graded), (
+                    f"practice {qid} has the same labels as the graded key: a learner could "
+                    "copy them")
 
 
 # ------------------------------------------------------------------- answer_of/grade

@@ -538,17 +538,18 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
     "q18": _p_accum_steps, "q20": _p_token_weight, "q24": _p_cuda_rounding,
     "q26": _p_zero_stage,
     "q3": _fixed(Practice(
-        "q3", "choice", "Hugging Face's convention for mixed-precision AdamW keeps fp32 weights "
-        "plus an fp16 copy, fp32 gradients and AdamW's two fp32 moments. Bytes per parameter?",
-        "b", "6 (fp32 + fp16 weights) + 4 (fp32 gradients) + 8 (two moments) = 18. ZeRO's "
-        "convention gets 16 because its gradients are fp16.",
-        options={"a": "16", "b": "18", "c": "20", "d": "12"})),
+        "q3", "choice", "fp32 Adam keeps 16 bytes per parameter (weights 4, gradients 4, two "
+        "moments 8). Mixed-precision Adam in the ZeRO paper's convention keeps:", "c",
+        "2 (16-bit weights) + 2 (16-bit gradients) + 4 (fp32 master weights) + 8 (two fp32 "
+        "moments) = 16: mixed precision saves activation memory and time, not model states.",
+        options={"a": "8 bytes per parameter: half", "b": "12 bytes per parameter",
+                 "c": "16 bytes per parameter: the same", "d": "4 bytes per parameter"})),
     "q4": _fixed(Practice(
-        "q4", "multi", "Which of these stay the same size however long the sequences are?",
-        ("a", "b", "e"), "Parameters, gradients and optimizer moments have one entry per "
-        "parameter. Activations grow with the sequence length, attention scores with its square.",
-        options={"a": "parameters", "b": "Adam's moments", "c": "saved activations",
-                 "d": "eager attention scores", "e": "gradients"})),
+        "q4", "multi", "Which of these does gradient checkpointing reduce?", ("a", "c"),
+        "Checkpointing drops saved activations (recomputing them in backward), which lowers the "
+        "step's peak; parameters, gradients and optimizer state are untouched.",
+        options={"a": "saved activations", "b": "parameters", "c": "the peak memory of the step",
+                 "d": "gradients", "e": "optimizer state"})),
     "q7": _fixed(Practice(
         "q7", "choice", "You double the hidden size h (a, s, b fixed). Per-layer activations "
         "sbh(34 + 5as/h):", "b",
@@ -558,35 +559,36 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
                  "d": "stay the same"})),
     "q12": _fixed(Practice(
         "q12", "choice", "n = 16 equal layers; the peak with k segments is about (n/k + k) "
-        "layers' worth. Which placement has the lowest peak?", "b",
+        "layers' worth. Which placement has the lowest peak?", "a",
         "k = 1: 17; k = 4: 4 + 4 = 8; k = 16: 1 + 16 = 17; no checkpointing: 16. "
         "sqrt(n) segments is the sweet spot.",
-        options={"a": "one checkpoint around all 16 layers", "b": "4 segments of 4 layers",
+        options={"a": "4 segments of 4 layers", "b": "one checkpoint around all 16 layers",
                  "c": "16 segments of 1 layer", "d": "no checkpointing"})),
     "q14": _fixed(Practice(
-        "q14", "choice", "The largest finite fp16 value is about:", "a",
-        "65504 (exponent 15, mantissa all ones): 65520 and above round to inf. That is why "
-        "the scaler must also watch for overflow.",
-        options={"a": "65504", "b": "3.4e38", "c": "32768", "d": "1e5"})),
+        "q14", "choice", "How does fp32 split its 32 bits?", "a",
+        "1 sign, 8 exponent (range about 1e-38 to 3e38) and 23 mantissa bits. fp64 is 1/11/52; "
+        "the 16-bit formats shorten the mantissa and, for fp16, also the exponent.",
+        options={"a": "1 sign, 8 exponent, 23 mantissa", "b": "1 sign, 11 exponent, 20 mantissa",
+                 "c": "1 sign, 5 exponent, 26 mantissa", "d": "1 sign, 6 exponent, 25 mantissa"})),
     "q16": _fixed(Practice(
-        "q16", "multi", "Which are true of torch.amp.GradScaler?", ("a", "b", "c"),
+        "q16", "multi", "Which are true of torch.amp.GradScaler?", ("b", "d", "e"),
         "scale() multiplies the loss; step() unscales first unless unscale_() was called; "
         "the scale grows after a run of good steps and halves on inf/NaN. On CUDA autocast "
         "keeps softmax and layer_norm in fp32.",
-        options={"a": "scaler.scale(loss) multiplies the loss by the current scale",
-                 "b": "scaler.step(optimizer) unscales the gradients first, unless unscale_ "
+        options={"a": "the scale only ever decreases",
+                 "b": "scaler.scale(loss) multiplies the loss by the current scale",
+                 "c": "autocast runs softmax and layer_norm in fp16 on CUDA",
+                 "d": "scaler.step(optimizer) unscales the gradients first, unless unscale_ "
                       "was already called",
-                 "c": "after a run of steps without inf/NaN the scale grows",
-                 "d": "the scale only ever decreases",
-                 "e": "autocast runs softmax and layer_norm in fp16 on CUDA"})),
+                 "e": "after a run of steps without inf/NaN the scale grows"})),
     "q19": _fixed(Practice(
         "q19", "choice", "In an accumulation loop over k micro-batches you call "
         "loss.backward() without dividing the loss by k, and step every k micro-batches. Each "
-        "step uses:", "b",
+        "step uses:", "c",
         "backward adds into .grad: k undivided mean losses give the sum, k times the "
         "full-batch mean gradient (like a k times larger learning rate for SGD).",
-        options={"a": "the full-batch mean gradient", "b": "k times the mean gradient",
-                 "c": "only the last micro-batch's gradient", "d": "an error"})),
+        options={"a": "the full-batch mean gradient", "b": "only the last micro-batch's gradient",
+                 "c": "k times the mean gradient", "d": "an error"})),
     "q22": _fixed(Practice(
         "q22", "ordering", "Order one accumulation cycle over k micro-batches.",
         ("c", "d", "b", "a"),
@@ -604,9 +606,9 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
                  "d": "memory_reserved drops, memory_allocated stays"})),
     "q27": _fixed(Practice(
         "q27", "choice", "ZeRO stage 3 over N GPUs with mixed-precision Adam (16 bytes per "
-        "parameter, P parameters). Model states per GPU:", "b",
+        "parameter, P parameters). Model states per GPU:", "d",
         "Stage 3 partitions weights, gradients and optimizer state: (4 + 12)P / N.",
-        options={"a": "16P", "b": "16P / N", "c": "4P + 12P / N", "d": "2P + 14P / N"})),
+        options={"a": "16P", "b": "4P + 12P / N", "c": "2P + 14P / N", "d": "16P / N"})),
 }
 
 
