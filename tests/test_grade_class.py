@@ -135,7 +135,7 @@ CORPUS = {
                           "    except KeyboardInterrupt:\n        pass\n" + CORRECT, None, 0, "timeout"),
     "memory_hog": ("_hog = []\nwhile True:\n    _hog.append(torch.empty(2**28))\n" + CORRECT, None, 0,
                    "memory limit"),
-    "sys_exit": ("import sys\nsys.exit(1)\n" + CORRECT, None, 0, "NameError"),
+    "sys_exit": ("import sys\nsys.exit(1)\n" + CORRECT, None, 0, "called sys.exit()"),
     "os_exit": ("import os\nos._exit(0)\n" + CORRECT, None, 0, "kernel died"),
     "kill_kernel": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + CORRECT, None, 0,
                     "kernel died"),
@@ -170,7 +170,7 @@ CORPUS = {
                    "set_custom_exc"),
     "hardcoded": (TABLE, None, 1, "test_tensor_bytes_hidden failed"),
     "stored_success": (None, _stored_success, 0, "stored outputs"),
-    "read_solutions": (READ_SOLUTIONS, None, 0, "NameError"),
+    "read_solutions": (READ_SOLUTIONS, None, 0, "wrote to the grading worker's gradebook"),
 }
 # Regraded in the second batch: the ones whose outcome depends on timing or process death.
 FRAGILE = ["blank", "correct", "swallow_interrupt", "memory_hog", "os_exit", "widget_wait", "read_solutions"]
@@ -254,7 +254,8 @@ def test_report_files_csv_and_summary(graded):
     questions = _rows(out / "questions.csv", ("grade_id",))
     assert set(questions) == {("test_tensor_bytes",), ("test_tensor_bytes_hidden",)}
     review = (out / "review.csv").read_text()
-    for student in ("patch_measure_peak", "custom_exc", "os_exit", "tests_assert_true", "renamed"):
+    for student in ("patch_measure_peak", "custom_exc", "os_exit", "tests_assert_true", "renamed",
+                    "read_solutions"):
         assert student in review, f"{student} should be listed for manual review"
     assert "correct" not in {r["student"] for r in csv.DictReader(open(out / "review.csv"))}
     # Feedback HTML for graded submissions, copied into the course's feedback folder.
@@ -328,3 +329,20 @@ def test_cli_has_grade_class(capsys):
         instructor.main(["grade-class", "--help"])
     assert "SUBMISSIONS" in capsys.readouterr().out.upper()
     assert instructor.main(["grade-class", "/nonexistent/folder"]) == 1
+
+
+@pytest.mark.slow
+def test_wall_clock_limit_per_submission(course, tmp_path):
+    """A submission that outlives --submission-timeout: its worker and kernel are killed, it
+    scores 0 with the reason, and the batch goes on (the next student is graded)."""
+    released = nbformat.read(course / "notebooks" / A / f"{A}.ipynb", as_version=4)
+    for student, answer in (("a_stuck", "import time\ntime.sleep(600)\n"), ("b_fine", CORRECT)):
+        folder = tmp_path / "class" / student / A
+        folder.mkdir(parents=True)
+        nbformat.write(_with(released, answer), folder / f"{A}.ipynb")
+    settings = GradeSettings(workers=1, cell_timeout=300, submission_timeout=20, memory_mb=3072)
+    report = grade_class(tmp_path / "class", config_path=course / "autograder" / "nbgrader_config.py",
+                         out=tmp_path / "report", settings=settings, progress=False)
+    stuck, fine = report.by_submission[("a_stuck", A)], report.by_submission[("b_fine", A)]
+    assert stuck["score"] == 0 and "over the 20 s limit per submission" in stuck["reason"], stuck["reason"]
+    assert fine["score"] == 3, fine["reason"]

@@ -246,6 +246,8 @@ def _scan(nb_path: Path) -> dict:
                     "can't allocate memory" in str(e.get("evalue", "")).lower()
                     or "not enough memory" in str(e.get("evalue", "")).lower()):
                 events.append(f"{gid}: memory limit hit")
+            elif e.get("ename") == "SystemExit":
+                events.append(f"{gid}: called sys.exit() (the kernel stays up, later cells run)")
             elif e.get("ename") == "StdinNotImplementedError":
                 events.append(f"{gid}: waited for input() (no stdin in grading)")
         if m.get("grade") and not m.get("solution"):
@@ -255,6 +257,34 @@ def _scan(nb_path: Path) -> dict:
                 "stderr": _first_line(stderr, 100) if stderr.strip() else "",
             }
     return {"tests": tests, "events": events, "reviews": reviews, "guards": sorted(set(guards))}
+
+
+def _db_fingerprint(db_path: str) -> tuple:
+    """What autograde never changes: source cells, grade cell points and manual scores."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            return (con.execute("SELECT id, source, checksum FROM source_cell ORDER BY id").fetchall(),
+                    con.execute("SELECT id, max_score FROM grade_cells ORDER BY id").fetchall(),
+                    con.execute("SELECT id, manual_score, extra_credit FROM grade ORDER BY id").fetchall())
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        return ("unreadable", str(exc))
+
+
+def _db_tampered(before: tuple, after: tuple) -> bool:
+    """Rows that existed must be unchanged; rows autograde added carry no manual score."""
+    if "unreadable" in (before[0], after[0]):
+        return before != after
+    for old, new in zip(before, after):
+        old_d, new_d = {r[0]: r for r in old}, {r[0]: r for r in new}
+        if any(new_d.get(k) != v for k, v in old_d.items()):
+            return True
+    added = [r for r in after[2] if r[0] not in {x[0] for x in before[2]}]
+    return any(r[1] is not None or r[2] is not None for r in added)
 
 
 def _classify_failure(log: str) -> str:
@@ -287,8 +317,13 @@ def _grade_job(api, job: dict) -> dict:
     for step in ("autograded", "feedback"):
         shutil.rmtree(cd.format_path(getattr(cd, f"{step}_directory"), student, assignment),
                       ignore_errors=True)
+    db_path = cd.db_url.replace("sqlite:///", "", 1)
+    before = _db_fingerprint(db_path)
     status = "ok"
     result = api.autograde(assignment, student, force=True, create=True)
+    if _db_tampered(before, _db_fingerprint(db_path)):
+        reasons.append("learner code wrote to the grading worker's gradebook (discarded: only "
+                       "the scores computed from the notebook's outputs reach the course gradebook)")
     if not result.get("success"):
         status = "failed"
         reasons.append(_classify_failure((result.get("log") or "") + (result.get("error") or "")))
@@ -368,6 +403,8 @@ class _Worker:
                 shutil.copytree(src, self.root / "solutions" / a,
                                 ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
         self.main_db = main_db
+        self.failed_starts = 0
+        self.ready = False
         self.proc: subprocess.Popen | None = None
         self._buf = b""
 
@@ -406,8 +443,11 @@ class _Worker:
         os.replace(db.with_suffix(".tmp"), db)
         self.job = job
         self.started = time.monotonic()
-        self.proc.stdin.write((json.dumps(job) + "\n").encode())
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the worker died: its EOF is handled by the main loop
 
     def read_lines(self) -> list[dict] | None:
         """Complete protocol lines now available; None on EOF (the worker died)."""
@@ -482,6 +522,11 @@ def _run_jobs(api, jobs: list[dict], base: Path, main_root: Path, config_src: Pa
                 if lines is None:  # the worker died
                     job = w.job
                     w.kill()
+                    if job is None and not w.ready:
+                        w.failed_starts += 1
+                        if w.failed_starts >= 3:
+                            raise RuntimeError("a grading worker failed to start 3 times: "
+                                               + (w.dir / 'worker.log').read_text()[-2000:])
                     if job is not None:
                         w.job = None
                         on_result(_failed_result(job, "the grading worker crashed: scores 0",
@@ -527,7 +572,8 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     """(one-line reason, review reasons) of a merged result."""
     parts = list(result["reasons"])
     review = [r for r in result["reasons"] if "edited" in r or "scores 0" in r or "renamed" in r
-              or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r]
+              or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r
+              or "gradebook" in r]
     for nb, scan in sorted(result.get("scans", {}).items()):
         parts += scan["events"]
         for gid, t in sorted(scan["tests"].items()):

@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"({report.seconds / max(n, 1):.1f} s per submission)")
             print(f"report: {report.out}/summary.md (grades.csv, submissions.csv, questions.csv, "
                   f"review.csv, score_distribution.png)")
-    except (NbgraderError, FileNotFoundError, ValueError) as exc:
+    except (NbgraderError, RuntimeError, FileNotFoundError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
     return 0
