@@ -1,7 +1,8 @@
 """The course's short-answer rubrics, for :func:`memlab.rubric.grade_text`.
 
-Used by: the written questions of 03 (checkpointing), 04 (mixed precision),
-05 (gradient accumulation) and 07 (interview prep: all seven rubrics; ``activations_scaling``,
+Used by: the written questions of 02 (``checkpointing_cost``), 03 (``fp16_loss_scaling``),
+04 (``accumulation_equivalence``), 05 (``oom_before_batch``), 06 (``sharding_when_why``)
+and 07 (interview prep: all seven rubrics; ``activations_scaling``,
 ``allocated_vs_reserved`` and ``sharding_when_why`` were written for it), and the self-study
 reveal of :mod:`memlab.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
 an attempt; the text is public in this file anyway).

@@ -57,6 +57,18 @@ def predict_training_bytes(config):
     report = ml.training_step_breakdown(model, (ids, ids), loss_fn, optimizer, device=device, timeline=False)
     return report.as_dict()
 '''),
+    # Copying the calculator's answer key instead of predicting: the visible test cannot tell,
+    # the hidden test refuses it.
+    "predict_with_calculator": dict(notebook="01_where_memory_goes", grade_id="predict_training_bytes", expect={
+        "test_predict_training_bytes": 2, "test_predict_training_bytes_hidden": 0}, source='''
+import memlab.calculator
+
+def predict_training_bytes(config):
+    precision = "fp32" if config["dtype"] == torch.float32 else "bf16"
+    result = memlab.calculator.estimate({k: v for k, v in config.items() if k != "dtype"},
+                                        precision=precision, dropout=False, attention="eager")
+    return {k: v for k, v in result.items() if k != "total"}
+'''),
     # A keyword list instead of an answer: the rubric must give it nothing.
     "keyword_answer": dict(notebook="01_where_memory_goes", grade_id="answer_peak", expect={
         "test_answer_peak": 0}, source='''
