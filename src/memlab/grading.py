@@ -1,7 +1,8 @@
 """Guards for graded test cells: refuse to grade a kernel whose measuring code was patched.
 
-Used by: the test cells of solutions/00_setup (``ml.grading.guard()`` first thing in each test
-cell), and ``python -m memlab.instructor grade-class`` (its kernel launcher,
+Used by: the test cells of solutions/00_setup, 01, 02, 03, 06 and 07 (``ml.grading.guard()``
+right after each test cell's docstring; 04 and 05 defend differently: their tests reload the
+measuring modules, which replaces these objects, so they do not call the guard), and ``python -m memlab.instructor grade-class`` (its kernel launcher,
 :mod:`memlab.grading_kernel`, imports this module before any learner code runs, so the
 originals below are captured from an untouched interpreter).
 
