@@ -44,7 +44,7 @@ __all__ = [
 # Topic modules of single notebooks load on first use (``ml.amp``, ``ml.checkpointing``, ...),
 # so ``import memlab`` stays fast for the autograder.
 _LAZY = {"accumulation", "amp", "calculator", "checkpointing", "instructor", "interview", "oom",
-         "distributed", "gpucheck", "grading",
+         "distributed", "gpucheck", "grading", "timing",
          "envcheck", "plots"}
 
 

@@ -29,13 +29,13 @@ torch.optim.Optimizer.register_step_pre_hook; torch.amp.GradScaler.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
+from .timing import timed_call
 from .tracker import measure_peak
 
 __all__ = [
@@ -556,17 +556,9 @@ def time_per_call(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1,
     """Best wall-clock seconds of ``repeats`` calls of ``fn()`` (after ``warmup`` calls); on CUDA
     the device is synchronized around each call so the time includes the kernels."""
     dev = torch.device(device) if device is not None else None
-    sync = (lambda: torch.cuda.synchronize(dev)) if dev is not None and dev.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()
-    best = math.inf
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(timed_call(fn, dev) for _ in range(repeats))
 
 
 class skip_until_written:

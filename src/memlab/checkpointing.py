@@ -32,8 +32,6 @@ Every helper takes its model, input and device as arguments and reads no noteboo
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -42,6 +40,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .timing import TimingResult, median_time, time_ratio
 from .tracker import MemoryTracker, PeakResult, storage_bytes
 
 __all__ = [
@@ -333,70 +332,6 @@ def max_abs_diff(a: Sequence[torch.Tensor | None] | torch.Tensor,
 
 
 # --------------------------------------------------------------------------- timing
-@dataclass
-class TimingResult:
-    """Medians of interleaved repeats, in seconds, and their ratio ``median / baseline_median``."""
-
-    median: float
-    baseline_median: float
-    times: list[float] = field(repr=False)
-    baseline_times: list[float] = field(repr=False)
-
-    @property
-    def ratio(self) -> float:
-        return self.median / self.baseline_median
-
-
-def _sync(device: torch.device | None) -> None:
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn: Callable[[], Any], device: torch.device | None) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
-
-
-def median_time(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
-                device: str | torch.device | None = None) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls after ``warmup`` calls.
-
-    On CUDA the device is synchronized before and after each call (kernels run asynchronously:
-    without it you time the launch, not the work).
-    """
-    if repeats < 1:
-        raise ValueError("repeats must be >= 1")
-    dev = torch.device(device) if device is not None else None
-    for _ in range(warmup):
-        fn()
-    return statistics.median(_timed(fn, dev) for _ in range(repeats))
-
-
-def time_ratio(fn: Callable[[], Any], baseline: Callable[[], Any], *, repeats: int = 5,
-               warmup: int = 1, device: str | torch.device | None = None) -> TimingResult:
-    """Time ``fn`` against ``baseline``, alternating the two (which one goes first alternates
-    too), so that a machine getting slower or faster affects both alike. Medians, not means:
-    one interruption by another process does not move a median."""
-    if repeats < 1:
-        raise ValueError("repeats must be >= 1")
-    dev = torch.device(device) if device is not None else None
-    for _ in range(warmup):
-        fn()
-        baseline()
-    times, base = [], []
-    for i in range(repeats):
-        if i % 2:
-            base.append(_timed(baseline, dev))
-            times.append(_timed(fn, dev))
-        else:
-            times.append(_timed(fn, dev))
-            base.append(_timed(baseline, dev))
-    return TimingResult(statistics.median(times), statistics.median(base), times, base)
-
-
 # ------------------------------------------------------------------------- models
 def tanh_chain(width: int, depth: int) -> nn.Sequential:
     """``depth`` layers ``Linear(width, width) -> Tanh``, no residual.
