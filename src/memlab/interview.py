@@ -68,6 +68,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import formulas
+
 __all__ = [
     "Question", "QUESTIONS", "TOPICS", "Practice", "PRACTICE", "REVIEW_MARKER",
     "answer_of", "grade", "practice", "self_check", "study_panel", "SelfCheck", "StudyPanel",
@@ -424,7 +426,7 @@ def _p_model_states(rng):
 
 def _p_zero_states(rng):
     n = _pick(rng, [1.5, 3.0, 13.0, 70.0])
-    gib = n * 16e9 / 2**30
+    gib = n * 1e9 * formulas.bytes_per_param("zero") / 2**30
     return Practice("q2", "numeric",
                     f"A {n:g}B-parameter model trains with mixed-precision Adam (ZeRO convention: "
                     f"fp16 weights and gradients, fp32 master weights, momentum and variance). "
@@ -437,7 +439,7 @@ def _p_layer_acts(rng):
     s, b, (h, a) = (_pick(rng, [512, 1024]), _pick(rng, [2, 8, 16]),
                     _pick(rng, [(768, 12), (1280, 20), (4096, 32)]))
     sbh = s * b * h
-    total = sbh * (34 + 5 * a * s / h) / 2**20
+    total = formulas.korthikanti_layer_bytes(s, b, h, a) / 2**20
     return Practice("q5", "numeric",
                     f"One transformer layer, 16-bit activations, eager attention: s = {s}, "
                     f"b = {b}, h = {h}, a = {a}. Activation bytes per layer (Korthikanti et al. "
