@@ -18,11 +18,12 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbgrader's gradebook runs the `alembic` executable from PATH: put the venv's bin/ first.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: lab test release env-check help grade-class gpu-check
+.PHONY: lab test test-fast release env-check help grade-class gpu-check
 
 help:
 	@echo "make lab        open JupyterLab on notebooks/ (sets up .venv the first time)"
 	@echo "make test       run the test suite (sets up .venv the first time)"
+	@echo "make test-fast  the inner loop: no nbgrader runs, no browser, no GPU (about a minute)"
 	@echo "make release    regenerate notebooks/ from solutions/ (nbgrader generate_assignment)"
 	@echo "make env-check  print [OK]/[FAIL] for each part of the environment"
 	@echo "make grade-class SUBMISSIONS=class.zip   grade a whole class (see autograder/README.md)"
@@ -36,20 +37,20 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 release: $(STAMP)
-	$(PY) -m memlab.instructor release
+	$(PY) -m memlab.grading.instructor release
 
 env-check: $(STAMP)
-	$(PY) -m memlab.envcheck
+	$(PY) -m memlab.tools.envcheck
 
 # SUBMISSIONS: a folder or .zip of <student>/<assignment>/<notebook>.ipynb;
 # GRADE_ARGS: e.g. --workers 4 --cell-timeout 120 --memory-mb 4096 --out report/
 grade-class: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade-class SUBMISSIONS=path/to/class.zip [GRADE_ARGS='--workers 4']"; exit 2; }
-	$(PY) -m memlab.instructor grade-class "$(SUBMISSIONS)" $(GRADE_ARGS)
+	$(PY) -m memlab.grading.instructor grade-class "$(SUBMISSIONS)" $(GRADE_ARGS)
 
 # Needs a CUDA GPU (README.md, "Run on a GPU"); stops with exit 2 and a message without one.
 gpu-check: $(STAMP)
-	$(PY) -m memlab.gpucheck $(GPU_CHECK_ARGS)
+	$(PY) -m memlab.tools.gpucheck $(GPU_CHECK_ARGS)
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
@@ -63,3 +64,7 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 	@# Build matplotlib's font cache now, not on stderr inside a graded notebook.
 	$(PY) -c "import matplotlib.pyplot"
 	touch $@
+
+# The inner loop: everything but the real nbgrader runs, the browser and the GPU (< 90 s idle).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not gpu" --ignore=tests/notebooks/test_browser.py -q $(PYTEST_ARGS)

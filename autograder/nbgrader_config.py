@@ -1,6 +1,6 @@
 """nbgrader configuration of GPU Memory Lab (nbgrader 0.9.6).
 
-Load it explicitly: ``python -m memlab.instructor ...`` does, and so does
+Load it explicitly: ``python -m memlab.grading.instructor ...`` does, and so does
 ``nbgrader <command> --NbGrader.config_file=autograder/nbgrader_config.py`` (nbgrader 0.9.6
 ignores ``--config``). See autograder/README.md.
 
@@ -11,7 +11,7 @@ Layout (nbgrader's ``{nbgrader_step}/{student_id}/{assignment_id}``):
                                                 autograded/, feedback/, exchange/, gradebook.db
 
 The course root is computed from this file's own path, so the same file works in any
-clone and in the temporary copies tests/test_nbgrader_pipeline.py makes.
+clone and in the temporary copies tests/notebooks/test_nbgrader_pipeline.py makes.
 Reference: https://nbgrader.readthedocs.io/en/stable/configuration/config_options.html
 """
 import os
@@ -28,7 +28,7 @@ c.CourseDirectory.course_id = "gpu-memory-lab"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 # Step names may contain "/": nbgrader joins them onto root (os.path.join) and escapes
-# them for its path regexes; tests/test_nbgrader_pipeline.py runs this layout for real.
+# them for its path regexes; tests/notebooks/test_nbgrader_pipeline.py runs this layout for real.
 c.CourseDirectory.submitted_directory = "autograder/work/submitted"
 c.CourseDirectory.autograded_directory = "autograder/work/autograded"
 c.CourseDirectory.feedback_directory = "autograder/work/feedback"

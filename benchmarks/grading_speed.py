@@ -1,4 +1,4 @@
-"""Seconds per submission of `python -m memlab.instructor grade-class`, serial vs parallel.
+"""Seconds per submission of `python -m memlab.grading.instructor grade-class`, serial vs parallel.
 
 In a temporary copy of the course (the chosen assignments of solutions/, released there), a
 class of ``--students`` identical submissions (each the solution notebook) is graded twice:
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from memlab import instructor
-from memlab.grade_class import GradeSettings, grade_class
+from memlab.grading.grade_class import GradeSettings, grade_class
 
 ROOT = Path(__file__).resolve().parents[1]
 

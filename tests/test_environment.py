@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from memlab import envcheck
+from memlab.tools import envcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+\-]+)$")

@@ -6,6 +6,17 @@ The same public API measures on CUDA (the caching allocator's own counters) and 
 (an exact count of live tensor bytes, kept by a TorchDispatchMode), so a graded check gives
 the same verdict on a learner's GPU, an instructor's CPU server and CI.
 
+The package has four layers (docs/ARCHITECTURE.md; tests/test_layers.py enforces the order):
+
+- ``memlab.measure``: the core (device, units, tracker, breakdown, budget, estimate, plots,
+  formulas, models, timing); imports nothing else of memlab
+- ``memlab.lessons``: one module per notebook (checkpointing, amp, accumulation, oom,
+  distributed, calculator); imports the core only
+- ``memlab.grading``: guard, grader kernel, rubrics, interview, class grading, instructor CLI
+- ``memlab.tools``: envcheck, gpucheck
+
+This module is the facade learners use:
+
 - device:     :func:`get_device`, :func:`versions_banner`
 - measuring:  :class:`MemoryTracker`, :func:`measure_peak`, :class:`SavedActivations`,
               :func:`training_step_breakdown`, :func:`param_bytes`, :func:`grad_bytes`,
@@ -13,22 +24,26 @@ the same verdict on a learner's GPU, an instructor's CPU server and CI.
 - limits:     :func:`memory_budget` (raises ``torch.OutOfMemoryError`` with a breakdown)
 - estimating: :func:`estimate_training_step` (FakeTensorMode: nothing is allocated)
 - plotting:   :func:`plot_timeline`
-- formulas:   ``ml.formulas`` (ZeRO, Hugging Face, Korthikanti, Chen)
-- models:     ``ml.models`` (MLPBlock, MLPStack, GPT2Block, TinyGPT)
-- grading:    ``ml.rubric`` (written, numeric, choice and ordering answers)
+- modules:    ``ml.formulas``, ``ml.models``, ``ml.checkpointing``, ``ml.amp``, ``ml.rubric``,
+              ... (loaded on first use, so ``import memlab`` stays fast for the autograder)
 """
 from __future__ import annotations
 
-from . import formulas, models, rubric
-from .breakdown import (SavedActivations, StepReport, grad_bytes, optimizer_state_bytes,
-                        param_bytes, saved_activation_bytes, training_step_breakdown)
-from .budget import memory_budget
-from .device import DeviceUnavailableError, device_name, get_device, versions_banner
-from .estimate import estimate_training_step
-from .plots import plot_timeline
-from .tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint, measure_peak,
-                      storage_bytes)
-from .units import GB, GiB, KiB, MiB, fmt_bytes
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+from .measure import formulas, models
+from .measure.breakdown import (SavedActivations, StepReport, grad_bytes, optimizer_state_bytes,
+                                param_bytes, saved_activation_bytes, training_step_breakdown)
+from .measure.budget import memory_budget
+from .measure.device import DeviceUnavailableError, device_name, get_device, versions_banner
+from .measure.estimate import estimate_training_step
+from .measure.plots import plot_timeline
+from .measure.tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint,
+                              measure_peak, storage_bytes)
+from .measure.units import GB, GiB, KiB, MiB, fmt_bytes
 
 __version__ = "0.1.0"
 
@@ -38,21 +53,69 @@ __all__ = [
     "MemoryTracker", "PeakResult", "TimelinePoint", "measure_peak", "storage_bytes",
     "CUDA_ROUNDING", "SavedActivations", "StepReport", "grad_bytes", "optimizer_state_bytes",
     "param_bytes", "saved_activation_bytes", "training_step_breakdown", "memory_budget",
-    "estimate_training_step", "plot_timeline", "formulas", "models", "rubric",
+    "estimate_training_step", "plot_timeline", "formulas", "models",
 ]
 
-# Topic modules of single notebooks load on first use (``ml.amp``, ``ml.checkpointing``, ...),
-# so ``import memlab`` stays fast for the autograder.
-_LAZY = {"accumulation", "amp", "calculator", "checkpointing", "instructor", "interview", "oom",
-         "distributed", "gpucheck", "grading", "timing",
-         "envcheck", "plots"}
+# The short names notebooks use (``ml.amp``, ``import memlab.tracker``, ...) -> where each
+# module lives. ``ml.<name>`` loads on first use; ``import memlab.<name>`` gives the very
+# same module object (so ``importlib.reload`` and the grading guard see one module).
+MODULES = {
+    "device": "measure.device", "units": "measure.units", "tracker": "measure.tracker",
+    "breakdown": "measure.breakdown", "budget": "measure.budget",
+    "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
+    "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
+    "accumulation": "lessons.accumulation", "oom": "lessons.oom",
+    "distributed": "lessons.distributed", "calculator": "lessons.calculator",
+    "rubric": "grading.rubric", "rubric_bank": "grading.rubric_bank",
+    "interview": "grading.interview", "grade_class": "grading.grade_class",
+    "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
+    "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck",
+}
+_SUBPACKAGES = {"measure", "lessons", "grading", "tools"}
+
+
+class _ShortNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import memlab.tracker`` -> the module ``memlab.measure.tracker`` itself."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        head, _, short = fullname.partition(".")
+        if head == __name__ and short in MODULES:
+            real = importlib.util.find_spec(f"{__name__}.{MODULES[short]}")
+            spec = importlib.util.spec_from_loader(fullname, self, origin=real.origin)
+            spec.has_location = True  # ``python -m memlab.<short>`` gets the real __file__
+            return spec
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module(f"{__name__}.{MODULES[spec.name.partition('.')[2]]}")
+        spec.loader_state = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # The import system stamped the short name's spec on the real module: put the real
+        # one back, so importlib.reload(module) re-executes the real file.
+        real = module.__spec__.loader_state
+        if real is not None:
+            module.__spec__ = real
+
+    def _real_spec(self, fullname):
+        return importlib.util.find_spec(f"{__name__}.{MODULES[fullname.partition('.')[2]]}")
+
+    def get_code(self, fullname):  # ``python -m memlab.instructor`` runs the real module
+        real = self._real_spec(fullname)
+        return real.loader.get_code(real.name)
+
+    def is_package(self, fullname):
+        return False
+
+
+if not any(isinstance(f, _ShortNames) for f in sys.meta_path):
+    sys.meta_path.append(_ShortNames())
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        module = importlib.import_module(f".{name}", __name__)
+    if name in MODULES or name in _SUBPACKAGES:
+        module = importlib.import_module(f".{MODULES.get(name, name)}", __name__)
         globals()[name] = module
         return module
     raise AttributeError(f"module 'memlab' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Cheats the hidden tests of 00_setup must reject (loaded by tests/test_nbgrader_pipeline.py).
+"""Cheats the hidden tests of 00_setup must reject (loaded by tests/notebooks/test_nbgrader_pipeline.py).
 
 Each entry is a student whose submission is the released notebook with one answer cell
 replaced; ``expect`` gives the points each test cell must award it.

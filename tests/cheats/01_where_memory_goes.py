@@ -1,5 +1,5 @@
 """Mistakes and cheats the tests of 01_where_memory_goes must reject (loaded by
-tests/test_nbgrader_pipeline.py).
+tests/notebooks/test_nbgrader_pipeline.py).
 
 Each entry is a student whose submission is the released notebook with one answer cell
 replaced; ``expect`` gives the points each test cell must award it. More variants were run once
@@ -61,7 +61,7 @@ def predict_training_bytes(config):
     # the hidden test refuses it.
     "predict_with_calculator": dict(notebook="01_where_memory_goes", grade_id="predict_training_bytes", expect={
         "test_predict_training_bytes": 2, "test_predict_training_bytes_hidden": 0}, source='''
-import memlab.calculator
+import memlab.lessons.calculator
 
 def predict_training_bytes(config):
     precision = "fp32" if config["dtype"] == torch.float32 else "bf16"

@@ -1,5 +1,5 @@
 """Cheats and classic mistakes the tests of 05_oom_clinic must reject (loaded by
-tests/test_nbgrader_pipeline.py).
+tests/notebooks/test_nbgrader_pipeline.py).
 
 Each entry is a student whose submission is the released notebook with the answer cell
 ``configure_job`` replaced; ``expect`` gives the points each test cell must award it.

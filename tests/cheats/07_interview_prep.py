@@ -1,16 +1,16 @@
-"""Cheats the tests of 07_interview_prep must reject (loaded by tests/test_nbgrader_pipeline.py).
+"""Cheats the tests of 07_interview_prep must reject (loaded by tests/notebooks/test_nbgrader_pipeline.py).
 
 Each entry is a student whose submission is the released notebook with one answer cell
 replaced; ``expect`` gives the points each test cell must award it.
 
 Not here, on purpose: replacing ``ml.interview.grade`` itself. Code in the learner's kernel can
 always fool a test cell that runs there; that case is caught outside the kernel by
-``python -m memlab.interview review`` (a clean regrade of the literal answers), which
-tests/test_interview.py checks on an executed notebook.
+``python -m memlab.grading.interview review`` (a clean regrade of the literal answers), which
+tests/grading/test_interview.py checks on an executed notebook.
 """
 
 VARIANTS = {
-    # A patched grading engine: ml.interview.grade uses its own copy of memlab.rubric.
+    # A patched grading engine: ml.interview.grade uses its own copy of memlab.grading.rubric.
     "patched_engine": dict(notebook="07_interview_prep", grade_id="answer_q1",
                            expect={"test_q1": 0}, source='''
 ml.rubric.grade_numeric = lambda *args, **kwargs: ml.rubric.Result(1.0)

@@ -1,0 +1,18 @@
+"""Grading: everything that decides or records a grade.
+
+Layer 3 of memlab (see docs/ARCHITECTURE.md): may import ``memlab.measure`` and
+``memlab.lessons``, never ``memlab.tools``.
+
+- guard:       the in-kernel guard graded test cells call (``ml.grading.guard()``)
+- kernel:      the grader's kernel launcher (resource limits, guard imported first)
+- rubric, rubric_bank: written, numeric, choice and ordering answers
+- interview:   07's question registry, widgets and the instructor's review
+- grade_class: grading a whole class
+- instructor:  the instructor's CLI (``python -m memlab.grading.instructor``)
+
+``ml.grading.guard()`` and the guard's other names are re-exported here, so test cells
+written as ``import memlab.grading; ml.grading.guard()`` keep working.
+"""
+from .guard import WATCHED, TamperError, guard, original, tampered
+
+__all__ = ["TamperError", "guard", "tampered", "original", "WATCHED"]

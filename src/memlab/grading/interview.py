@@ -1,0 +1,1118 @@
+"""Assignment 07 "Interview prep": question registry, graded checks, self-study widgets and
+the instructor's review list.
+
+Used by: notebooks/07_interview_prep (each test cell calls :func:`answer_of` and
+:func:`grade`; the self-study section calls :func:`study_panel` / :func:`self_check`), and
+instructors (``python -m memlab.grading.interview review 07_interview_prep`` or
+``python -m memlab.grading.instructor reviews 07_interview_prep``).
+
+A graded question is a variable the learner sets (``answer_q1 = "12 GB"``) and a test cell::
+
+    '''Q1 (2 points): ...'''
+    _answer = ml.interview.answer_of("q1", globals())   # NotImplementedError if unset,
+    ### BEGIN HIDDEN TESTS                              # AssertionError if unreadable
+    _result = ml.interview.grade("q1", _answer, 12.5)   # the key lives only here
+    _result.points(2)                                   # partial credit for nbgrader
+    ### END HIDDEN TESTS
+
+Text questions need no key (their rubric is public), so their whole test cell is visible.
+:func:`grade` prints the feedback to stdout (never stderr) and, when the grader is unsure
+(``Result.needs_review``), a line ``NEEDS MANUAL REVIEW: q8 ...`` that nbgrader keeps in
+the autograded notebook; :func:`find_reviews` lists those lines for the instructor.
+
+What a learner can see, and the trade-offs
+------------------------------------------
+* Keys of numeric, choice and ordering questions exist only in hidden test blocks of
+  solutions/07_interview_prep (nbgrader removes them from the release and
+  ``ClearHiddenTests`` from the feedback). This module never holds them, and the feedback
+  :func:`grade` prints for them never states the key: a numeric answer hears its band and
+  direction ("within 20%, too high"), a choice answer how many picks were right.
+  solutions/ must stay out of learners' hands for this to mean anything.
+* Self-study therefore never checks a graded numeric/choice/ordering answer. It offers a
+  *practice variant* of the same skill (other sizes, another angle), whose key and worked
+  solution are in this file (:data:`PRACTICE`); a learner who reads the source sees only
+  practice keys. tests/grading/test_interview.py checks that no practice key grades a graded
+  solution as correct.
+* Text questions are graded by public rubrics (:mod:`memlab.grading.rubric_bank`): their model
+  answers and explanations are readable in the package by anyone, and the self-study panel
+  shows them after an attempt. That is deliberate (the point is to learn the argument);
+  the price is that a learner can paste the model answer, so :func:`grade` flags answers
+  that share much of a model answer's wording for manual review (the instructor decides).
+* "Reveal only after trying" is enforced in the widget (the reveal button stays disabled
+  and its handler refuses until a non-empty answer was checked), not against a learner
+  who calls the functions directly: practice keys are not secret.
+* Test cells run in the learner's kernel, so learner code could replace what they call.
+  :func:`grade` uses private copies of :mod:`memlab.grading.rubric` and :mod:`memlab.grading.rubric_bank`,
+  executed from the package files when this module is imported (before any learner code in
+  07), so patching ``ml.rubric`` does not change a grade; answers are read through the base types
+  (subclasses with a rigged ``__eq__`` score 0), and :func:`find_reviews` re-grades every
+  interview answer *outside* the kernel, from the answer cells' literal values and the test
+  cells of the source notebook, and lists any score that differs (or any answer cell it
+  can not evaluate without running learner code) as a review item.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import html
+import importlib
+import importlib.util
+import io
+import json
+import math
+import random
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from memlab.measure import formulas
+
+__all__ = [
+    "Question", "QUESTIONS", "TOPICS", "Practice", "PRACTICE", "REVIEW_MARKER",
+    "answer_of", "grade", "practice", "self_check", "study_panel", "SelfCheck", "StudyPanel",
+    "ReviewItem", "find_reviews", "review_notebook", "format_reviews", "main",
+]
+
+REVIEW_MARKER = "NEEDS MANUAL REVIEW:"
+COPY_SHARE = 0.4        # share of a model answer's 4-word phrases that triggers a review
+FULL_TOL, PARTIAL_TOL = 0.05, 0.20
+
+TOPICS = {
+    "consumers": "Consumers and bytes per parameter",
+    "activations": "Activations vs batch and depth",
+    "checkpointing": "Checkpointing: cost and placement",
+    "precision": "fp16 vs bf16 and loss scaling",
+    "accumulation": "Gradient accumulation: equivalence and pitfalls",
+    "oom": "OOM triage",
+    "allocator": "Allocated vs reserved",
+    "sharding": "Sharding and model parallelism: when and why",
+}
+
+
+# ------------------------------------------------------------------------- questions
+@dataclass(frozen=True)
+class Question:
+    """A graded question of notebook 07, without its key.
+
+    ``kind``: "numeric" (``unit`` names the unit the key is in), "choice" (one label),
+    "multi" (several labels), "ordering" (all labels in order) or "text" (``rubric`` id).
+    ``options`` are the labels (the texts are in the notebook).
+    """
+
+    id: str
+    topic: str
+    kind: str
+    title: str
+    points: float
+    unit: str = ""
+    options: tuple[str, ...] = ()
+    rubric: str = ""
+
+    @property
+    def variable(self) -> str:
+        return f"answer_{self.id}"
+
+
+def _q(id, topic, kind, title, unit="", options="", rubric=""):
+    points = {"numeric": 2, "choice": 1, "multi": 2, "ordering": 2, "text": 3}[kind]
+    return Question(id, topic, kind, title, points, unit, tuple(options), rubric)
+
+
+QUESTIONS: dict[str, Question] = {q.id: q for q in (
+    _q("q1", "consumers", "numeric", "model states of fp32 Adam training", unit="GB"),
+    _q("q2", "consumers", "numeric", "model states of mixed-precision Adam", unit="GiB"),
+    _q("q3", "consumers", "choice", "does mixed precision halve the model states?", options="abcd"),
+    _q("q4", "consumers", "multi", "what grows with the batch size?", options="abcdef"),
+    _q("q5", "activations", "numeric", "activations of one transformer layer", unit="MiB"),
+    _q("q6", "activations", "numeric", "double the batch and the depth", unit="x"),
+    _q("q7", "activations", "choice", "double the sequence length", options="abcd"),
+    _q("q8", "activations", "text", "why activations decide the batch", rubric="activations_scaling"),
+    _q("q9", "checkpointing", "text", "why checkpointing costs time", rubric="checkpointing_cost"),
+    _q("q10", "checkpointing", "numeric", "peak with sqrt(n) segments", unit="GiB"),
+    _q("q11", "checkpointing", "numeric", "step time with full recomputation", unit="ms"),
+    _q("q12", "checkpointing", "choice", "one checkpoint around the whole model", options="abcd"),
+    _q("q13", "precision", "text", "why fp16 needs loss scaling", rubric="fp16_loss_scaling"),
+    _q("q14", "precision", "choice", "the bits of bf16", options="abcd"),
+    _q("q15", "precision", "numeric", "the loss scale that rescues a tiny gradient", unit=""),
+    _q("q16", "precision", "multi", "true statements about AMP", options="abcde"),
+    _q("q17", "accumulation", "text", "when accumulation equals the full batch",
+       rubric="accumulation_equivalence"),
+    _q("q18", "accumulation", "numeric", "accumulation steps for an effective batch", unit=""),
+    _q("q19", "accumulation", "choice", "zero_grad inside the micro-batch loop", options="abcd"),
+    _q("q20", "accumulation", "numeric", "token weights in a mean of means", unit="x"),
+    _q("q21", "oom", "text", "what to try before a smaller batch", rubric="oom_before_batch"),
+    _q("q22", "oom", "ordering", "the OOM triage order", options="abcde"),
+    _q("q23", "allocator", "choice", "allocated, reserved and nvidia-smi", options="abcd"),
+    _q("q24", "allocator", "numeric", "the bytes of a tiny CUDA tensor", unit="B"),
+    _q("q25", "allocator", "text", "why nvidia-smi shows more", rubric="allocated_vs_reserved"),
+    _q("q26", "sharding", "numeric", "ZeRO-2 memory per GPU", unit="GB"),
+    _q("q27", "sharding", "choice", "data parallelism and memory per GPU", options="abcd"),
+    _q("q28", "sharding", "text", "when and why to shard", rubric="sharding_when_why"),
+)}
+
+_EXAMPLE = {"numeric": '"12 GB"', "choice": '"b"', "multi": '["a", "c"]',
+            "ordering": '"b > a > c"', "text": '"""Your explanation in a few sentences."""'}
+_UNIT_EXAMPLE = {"GB": '"12.5 GB"', "GiB": '"11.6 GiB"', "MiB": '"640 MiB"', "ms": '"250 ms"',
+                 "B": '"1024 B"', "x": '"3x"', "": "1024"}
+
+
+def _question(qid: object) -> Question:
+    if type(qid) is not str or qid not in QUESTIONS:
+        raise ValueError(f"unknown question {qid!r}; known: {', '.join(QUESTIONS)}")
+    return QUESTIONS[qid]
+
+
+def _load_private(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module           # dataclasses look their module up while it runs
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _load_engine() -> tuple[Any, Any]:
+    """Private copies of memlab/rubric.py and memlab/rubric_bank.py, executed from the package
+    files under their own names, so ``ml.rubric.grade_text = ...`` in a learner's kernel does
+    not reach them (and ``ml.rubric`` itself, and its classes, are left alone)."""
+    import memlab
+
+    here = Path(__file__).resolve().parent
+    import memlab.grading as grading
+
+    rubric = _load_private("memlab.grading._interview_rubric", here / "rubric.py")
+    saved_module = sys.modules.get("memlab.grading.rubric")
+    saved_attr = grading.__dict__.get("rubric")
+    sys.modules["memlab.grading.rubric"] = rubric   # the bank's `from .rubric import ...`
+    try:
+        bank = _load_private("memlab.grading._interview_rubric_bank", here / "rubric_bank.py")
+    finally:
+        if saved_module is not None:
+            sys.modules["memlab.grading.rubric"] = saved_module
+        else:
+            sys.modules.pop("memlab.grading.rubric", None)
+        if saved_attr is not None:
+            grading.rubric = saved_attr  # type: ignore[attr-defined]
+    return rubric, bank
+
+
+# Loaded when this module is imported: in 07, by the set-up cell, before any learner code.
+_ENGINE = _load_engine()
+
+
+def _engine():
+    """The private grading engine (:mod:`memlab.grading.rubric` as loaded from its file)."""
+    return _ENGINE[0]
+
+
+def _rubric(rubric_id: str):
+    """A rubric of the private bank, by id."""
+    bank = _ENGINE[1].RUBRICS
+    if rubric_id not in bank:
+        raise ValueError(f"unknown rubric {rubric_id!r}; known: {sorted(bank)}")
+    return bank[rubric_id]
+
+
+# ----------------------------------------------------------------- reading an answer
+def _text(x: object) -> str | None:
+    return str.__str__(x) if isinstance(x, str) else None
+
+
+def _label(x: object) -> str | None:
+    t = _text(x)
+    return None if t is None else t.strip().strip("()[].").strip().lower()
+
+
+def _label_list(answer: object, ordered: bool) -> list[str] | None:
+    """Labels from a list/tuple (or set, unordered) of str, or a string "a, c" / "a > b"."""
+    bases = (list, tuple) if ordered else (list, tuple, set, frozenset)
+    for base in bases:
+        if isinstance(answer, base):
+            items = list(base.__iter__(answer))  # type: ignore[attr-defined]
+            labels = [_label(i) for i in items]
+            return None if any(lab is None for lab in labels) else [lab for lab in labels if lab]
+    text = _text(answer)
+    if text is None:
+        return None
+    sep = r"\s*(?:->|→|=>|>|,|;|\band\b|\bthen\b)\s*" if ordered else r"\s*(?:,|;|/|\+|&|\band\b)\s*"
+    parts = [p for p in re.split(sep, text.strip()) if p.strip()]
+    if len(parts) == 1:
+        parts = parts[0].split()
+    return [lab for lab in (_label(p) for p in parts) if lab]
+
+
+def _format_problem(q: Question, answer: object) -> tuple[str, str]:
+    """(problem, summary): what makes ``answer`` unreadable (or ""), and how it reads."""
+    if q.kind == "numeric":
+        value, message = _engine().parse_quantity(answer, q.unit)
+        if value is None:
+            return (f"{message}; write a number with its unit, e.g. "
+                    f"{q.variable} = {_UNIT_EXAMPLE.get(q.unit, _EXAMPLE['numeric'])}"), ""
+        shown = f"{value:.4g} {q.unit}".strip()
+        note = "" if _text(answer) is not None else f" (a plain number is read in {q.unit or 'units'})"
+        return "", f"reads as {shown}{note}"
+    if q.kind == "text":
+        text = _text(answer)
+        if text is None:
+            return f"expected a string, got {type(answer).__name__}", ""
+        if not text.strip():
+            return "the answer is empty", ""
+        return "", f"has {len(text.split())} words"
+    labels = _label_list(answer, ordered=q.kind == "ordering")
+    if labels is None:
+        want = {"choice": "one option label", "multi": "a list of option labels",
+                "ordering": "a list of all labels in order"}[q.kind]
+        return f"expected {want} as str, e.g. {q.variable} = {_EXAMPLE[q.kind]}", ""
+    unknown = [lab for lab in labels if lab not in q.options]
+    if unknown:
+        return f"not an option: {', '.join(unknown)} (options: {', '.join(q.options)})", ""
+    if not labels:
+        return "no option given", ""
+    if q.kind == "choice":
+        if len(set(labels)) != 1:
+            return f"choose exactly one option, got {', '.join(labels)}", ""
+        return "", f"is option {labels[0]}"
+    if q.kind == "multi":
+        return "", f"picks {', '.join(dict.fromkeys(labels))}"
+    if sorted(labels) != sorted(q.options):
+        return (f"list every option exactly once ({', '.join(q.options)}), "
+                f"got {', '.join(labels)}"), ""
+    return "", f"orders {' > '.join(labels)}"
+
+
+def answer_of(qid: str, namespace: Mapping[str, Any]) -> Any:
+    """The learner's ``answer_<qid>`` from ``namespace`` (pass ``globals()``), checked for form.
+
+    Raises NotImplementedError when it is not set (the blank release) and AssertionError
+    with what to fix when it can not be read (which would score 0 anyway). Prints how the
+    answer reads. Used by every test cell of 07.
+    """
+    q = _question(qid)
+    if q.variable not in namespace:
+        raise NotImplementedError(
+            f"{q.variable} is not set: in the answer cell of {qid.upper()}, replace "
+            f"`raise NotImplementedError()` with {q.variable} = {_EXAMPLE[q.kind]}")
+    answer = namespace[q.variable]
+    problem, summary = _format_problem(q, answer)
+    if problem:
+        raise AssertionError(f"{q.variable}: {problem}")
+    where = ("the autograder compares it with the key" if q.kind != "text"
+             else f"graded by the rubric \"{q.rubric}\"")
+    print(f"{q.variable} {summary}; {where}.")
+    return answer
+
+
+# --------------------------------------------------------------------------- grading
+def _phrases(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    words = [w for w in re.findall(r"[a-z0-9]+", text.lower())]
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def copied_share(answer: str, model_answer: str) -> float:
+    """Share of the model answer's 4-word phrases that also occur in ``answer``."""
+    model = _phrases(model_answer)
+    return len(model & _phrases(answer)) / len(model) if model else 0.0
+
+
+def _numeric_lines(result, unit: str) -> list[str]:
+    """The numeric feedback without the key: band and direction only."""
+    d = result.details
+    if "value" not in d:
+        return [line for line in result.feedback if not line.startswith("expected")]
+    value, expected = d["value"], d["expected"]
+    direction = "too high" if value > expected else "too low" if value < expected else ""
+    shown = f"{value:.4g} {unit}".strip()
+    read = re.search(r" \(read from ([^)]*)\)", result.feedback[0]) if result.feedback else None
+    if read and read.group(1).replace(" ", "").lower() != shown.replace(" ", "").lower():
+        shown += read.group(0)
+    if result.score >= 1.0:
+        band = f"within {FULL_TOL:.0%} of the key: full credit"
+    elif result.score > 0:
+        band = f"within {PARTIAL_TOL:.0%} but not {FULL_TOL:.0%} of the key ({direction}): half credit"
+    else:
+        band = f"more than {PARTIAL_TOL:.0%} off the key ({direction}): no credit"
+    return [f"you gave {shown}: {band}"] + result.feedback[1:]
+
+
+def grade(qid: str, answer: object, key: object = None):
+    """Grade ``answer`` to question ``qid`` and print the feedback; returns a
+    :class:`memlab.grading.rubric.Result` (end the test cell with ``result.points(N)``).
+
+    ``key``: the number (in the question's unit), the label, the labels or the order;
+    ``None`` for text questions. Nothing is written to stderr. When the grade is uncertain,
+    prints ``NEEDS MANUAL REVIEW: <qid> ...`` (see :func:`find_reviews`).
+    """
+    q = _question(qid)
+    rb = _engine()
+    if q.kind == "text":
+        if key is not None:
+            raise ValueError(f"{qid} is graded by its rubric: pass no key")
+        result = rb.grade_text(answer, _rubric(q.rubric))
+        lines = list(result.feedback)
+        text = _text(answer)
+        model = _rubric(q.rubric).model_answer
+        share = copied_share(text, model) if text else 0.0
+        if share >= COPY_SHARE and result.score > 0:
+            result.needs_review = True
+            reason = f"{share:.0%} of the published model answer's phrases are copied"
+            result.review_reason = "; ".join(r for r in (result.review_reason, reason) if r)
+            lines.append("much of this answer repeats the published model answer: an "
+                         "instructor will read it (write it in your own words)")
+    else:
+        if key is None:
+            raise ValueError(f"{qid} needs its key")
+        if q.kind in ("multi", "ordering") and isinstance(key, str):
+            key = _label_list(key, ordered=q.kind == "ordering")
+        if q.kind == "numeric":
+            result = rb.grade_numeric(answer, key, q.unit)
+            lines = _numeric_lines(result, q.unit)
+        elif q.kind == "ordering":
+            result = rb.grade_ordering(answer, list(key), reveal=False)  # type: ignore[arg-type]
+            lines = list(result.feedback)
+        else:
+            correct = key if q.kind == "choice" else list(key)  # type: ignore[arg-type]
+            result = rb.grade_choice(answer, correct, options=q.options, reveal=False,
+                                     multiple=q.kind == "multi")
+            lines = list(result.feedback)
+    points = result.points(q.points)
+    print(f"{qid.upper()} ({q.kind}): {points:g} of {q.points:g} points")
+    for line in lines:
+        print(f"- {line}")
+    if result.needs_review:
+        print(f"{REVIEW_MARKER} {qid} ({points:g} of {q.points:g} points): {result.review_reason}")
+    return result
+
+
+# -------------------------------------------------------------------------- practice
+@dataclass(frozen=True)
+class Practice:
+    """A self-study variant: its own prompt, key and worked solution (not secret)."""
+
+    qid: str
+    kind: str
+    prompt: str
+    key: Any
+    worked: str
+    unit: str = ""
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def check(self, answer: object):
+        """Grade an attempt, revealing the key in the feedback (it is practice)."""
+        rb = _engine()
+        if self.kind == "numeric":
+            return rb.grade_numeric(answer, self.key, self.unit)
+        if self.kind == "ordering":
+            return rb.grade_ordering(answer, list(self.key))
+        if self.kind == "text":
+            return rb.grade_text(answer, _rubric(self.key))
+        correct = self.key if self.kind == "choice" else list(self.key)
+        return rb.grade_choice(answer, correct, options=list(self.options),
+                               multiple=self.kind == "multi")
+
+
+def _pick(rng: random.Random, items: Sequence[Any]) -> Any:
+    return items[rng.randrange(len(items))]
+
+
+def _p_model_states(rng):
+    n = _pick(rng, [0.35, 0.77, 4.0, 6.7])
+    name, b = _pick(rng, [("Adam", 16), ("SGD with momentum", 12), ("plain SGD", 8)])
+    extra = {16: "Adam's two moments 8", 12: "momentum 4", 8: "no optimizer state"}[b]
+    return Practice("q1", "numeric",
+                    f"A {n}-billion-parameter model trains in plain fp32 with {name}. Estimate "
+                    f"parameters + gradients + optimizer state in GB (10^9 bytes).",
+                    round(n * b, 3), f"{b} bytes/param (weights 4 + gradients 4 + {extra}) x "
+                    f"{n}e9 = {n * b:.4g} GB.", unit="GB")
+
+
+def _p_zero_states(rng):
+    n = _pick(rng, [1.5, 3.0, 13.0, 70.0])
+    gib = n * 1e9 * formulas.bytes_per_param("zero") / 2**30
+    return Practice("q2", "numeric",
+                    f"A {n:g}B-parameter model trains with mixed-precision Adam (ZeRO convention: "
+                    f"fp16 weights and gradients, fp32 master weights, momentum and variance). "
+                    f"Model states in GiB (2^30 bytes)?", round(gib, 2),
+                    f"2 + 2 + 4 + 4 + 4 = 16 bytes/param; {n:g}e9 x 16 = {n * 16:g} GB = "
+                    f"{gib:.4g} GiB (divide by 1.074).", unit="GiB")
+
+
+def _p_layer_acts(rng):
+    s, b, (h, a) = (_pick(rng, [512, 1024]), _pick(rng, [2, 8, 16]),
+                    _pick(rng, [(768, 12), (1280, 20), (4096, 32)]))
+    sbh = s * b * h
+    total = formulas.korthikanti_layer_bytes(s, b, h, a) / 2**20
+    return Practice("q5", "numeric",
+                    f"One transformer layer, 16-bit activations, eager attention: s = {s}, "
+                    f"b = {b}, h = {h}, a = {a}. Activation bytes per layer (Korthikanti et al. "
+                    f"2022: sbh(34 + 5as/h)), in MiB?", round(total, 1),
+                    f"sbh = {sbh / 2**20:g} MiB; 5as/h = {5 * a * s / h:g}; "
+                    f"{sbh / 2**20:g} x {34 + 5 * a * s / h:g} = {total:.4g} MiB.", unit="MiB")
+
+
+def _p_scale_factor(rng):
+    x, y = _pick(rng, [(3, 1), (4, 2), (2, 3), (1.5, 2)])
+    return Practice("q6", "numeric",
+                    f"You multiply the micro-batch by {x:g} and the number of layers by {y:g} "
+                    f"(same layer size and sequence length). By what factor does activation "
+                    f"memory grow? (e.g. \"3x\")", x * y,
+                    f"Linear in both: {x:g} x {y:g} = {x * y:g}x.", unit="x")
+
+
+def _p_sqrt_segments(rng):
+    n, m = _pick(rng, [16, 36, 100, 144]), _pick(rng, [32, 48, 200])
+    k = math.isqrt(n)
+    return Practice("q10", "numeric",
+                    f"{n} identical layers, each saving {m} MiB of activations. With k segments "
+                    f"the peak is about (n/k + k) layers' worth (Chen et al. 2016). With the best "
+                    f"k, the peak in MiB?", float(2 * k * m),
+                    f"k = sqrt({n}) = {k}; ({n}/{k} + {k}) x {m} MiB = {2 * k * m} MiB, instead "
+                    f"of {n * m} MiB.", unit="MiB")
+
+
+def _p_recompute_time(rng):
+    f, r = _pick(rng, [40, 60, 150]), _pick(rng, [2, 3])
+    return Practice("q11", "numeric",
+                    f"A step takes {f + r * f} ms: forward {f} ms, backward {r * f} ms. With full "
+                    f"recomputation (every block checkpointed), estimate the step time in ms.",
+                    float(2 * f + r * f),
+                    f"One extra forward: {f} + {r * f} + {f} = {2 * f + r * f} ms "
+                    f"(+{f / (f + r * f):.0%}).", unit="ms")
+
+
+def _p_loss_scale(rng):
+    g = _pick(rng, [1e-7, 3e-8, 1e-6, 2e-10])
+    s = 2 ** math.ceil(math.log2(2**-14 / g))
+    return Practice("q15", "numeric",
+                    f"A gradient of {g:g}. What is the smallest power-of-two loss scale that "
+                    f"lifts it into fp16's normal range (>= 2^-14 = 6.10e-5)?", float(s),
+                    f"6.10e-5 / {g:g} = {2**-14 / g:.4g}; the next power of two is 2^"
+                    f"{int(math.log2(s))} = {s}.", unit="")
+
+
+def _p_accum_steps(rng):
+    e, gpus, m = _pick(rng, [(256, 4, 8), (1024, 16, 8), (2048, 8, 32), (768, 4, 16)])
+    return Practice("q18", "numeric",
+                    f"Effective batch {e} sequences; {gpus} GPUs, each fits a micro-batch of {m}. "
+                    f"How many accumulation steps per optimizer step?", float(e // (gpus * m)),
+                    f"{e} / ({gpus} x {m}) = {e // (gpus * m)}.", unit="")
+
+
+def _p_token_weight(rng):
+    a, b = _pick(rng, [(50, 200), (100, 500), (400, 100), (150, 300)])
+    return Practice("q20", "numeric",
+                    f"Two micro-batches, each loss a per-token mean: A has {a} real tokens, B has "
+                    f"{b}. Loss = (mean_A + mean_B) / 2. How many times the weight of one token "
+                    f"of B does one token of A get?", b / a,
+                    f"Token of A: 1/2 x 1/{a}; token of B: 1/2 x 1/{b}; ratio {b}/{a} = "
+                    f"{b / a:g}x. Weight by token count instead.", unit="x")
+
+
+def _p_cuda_rounding(rng):
+    n, dtype, size = _pick(rng, [(1000, "float32", 4), (300, "float64", 8), (2000, "float16", 2),
+                                 (700, "int32", 4)])
+    asked = n * size
+    got = -(-asked // 512) * 512
+    return Practice("q24", "numeric",
+                    f"On a GPU, torch.empty({n}, dtype=torch.{dtype}, device=\"cuda\"). By how "
+                    f"many bytes does torch.cuda.memory_allocated() grow?", float(got),
+                    f"{n} x {size} = {asked} bytes, rounded up to a multiple of 512: {got} B.",
+                    unit="B")
+
+
+def _p_zero_stage(rng):
+    p, stage, nd = _pick(rng, [(7.5, 1, 64), (7.5, 3, 64), (30, 2, 16), (70, 3, 8)])
+    k = 12
+    per = {1: 4 * p + k * p / nd, 2: 2 * p + (2 + k) * p / nd, 3: (4 + k) * p / nd}[stage]
+    formula = {1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}[stage]
+    return Practice("q26", "numeric",
+                    f"{p:g}B parameters, mixed-precision Adam (K = 12), ZeRO stage {stage} over "
+                    f"{nd} GPUs. Model-state memory per GPU, in GB?", round(per, 3),
+                    f"Stage {stage}: {formula} = {per:.4g} GB (Rajbhandari et al. 2020).",
+                    unit="GB")
+
+
+def _fixed(p: Practice) -> Callable[[random.Random], Practice]:
+    return lambda rng: p
+
+
+PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
+    "q1": _p_model_states, "q2": _p_zero_states, "q5": _p_layer_acts, "q6": _p_scale_factor,
+    "q10": _p_sqrt_segments, "q11": _p_recompute_time, "q15": _p_loss_scale,
+    "q18": _p_accum_steps, "q20": _p_token_weight, "q24": _p_cuda_rounding,
+    "q26": _p_zero_stage,
+    "q3": _fixed(Practice(
+        "q3", "choice", "fp32 Adam keeps 16 bytes per parameter (weights 4, gradients 4, two "
+        "moments 8). Mixed-precision Adam in the ZeRO paper's convention keeps:", "c",
+        "2 (16-bit weights) + 2 (16-bit gradients) + 4 (fp32 master weights) + 8 (two fp32 "
+        "moments) = 16: mixed precision saves activation memory and time, not model states.",
+        options={"a": "8 bytes per parameter: half", "b": "12 bytes per parameter",
+                 "c": "16 bytes per parameter: the same", "d": "4 bytes per parameter"})),
+    "q4": _fixed(Practice(
+        "q4", "multi", "Which of these does gradient checkpointing reduce?", ("a", "c"),
+        "Checkpointing drops saved activations (recomputing them in backward), which lowers the "
+        "step's peak; parameters, gradients and optimizer state are untouched.",
+        options={"a": "saved activations", "b": "parameters", "c": "the peak memory of the step",
+                 "d": "gradients", "e": "optimizer state"})),
+    "q7": _fixed(Practice(
+        "q7", "choice", "You double the hidden size h (a, s, b fixed). Per-layer activations "
+        "sbh(34 + 5as/h):", "b",
+        "sbh doubles but 5as/h halves: 2sbh x 34 + 5as^2b, which is less than twice the "
+        "original. The attention term does not depend on h.",
+        options={"a": "double exactly", "b": "grow by less than 2x", "c": "grow by more than 2x",
+                 "d": "stay the same"})),
+    "q12": _fixed(Practice(
+        "q12", "choice", "n = 16 equal layers; the peak with k segments is about (n/k + k) "
+        "layers' worth. Which placement has the lowest peak?", "a",
+        "k = 1: 17; k = 4: 4 + 4 = 8; k = 16: 1 + 16 = 17; no checkpointing: 16. "
+        "sqrt(n) segments is the sweet spot.",
+        options={"a": "4 segments of 4 layers", "b": "one checkpoint around all 16 layers",
+                 "c": "16 segments of 1 layer", "d": "no checkpointing"})),
+    "q14": _fixed(Practice(
+        "q14", "choice", "How does fp32 split its 32 bits?", "a",
+        "1 sign, 8 exponent (range about 1e-38 to 3e38) and 23 mantissa bits. fp64 is 1/11/52; "
+        "the 16-bit formats shorten the mantissa and, for fp16, also the exponent.",
+        options={"a": "1 sign, 8 exponent, 23 mantissa", "b": "1 sign, 11 exponent, 20 mantissa",
+                 "c": "1 sign, 5 exponent, 26 mantissa", "d": "1 sign, 6 exponent, 25 mantissa"})),
+    "q16": _fixed(Practice(
+        "q16", "multi", "Which are true of torch.amp.GradScaler?", ("b", "d", "e"),
+        "scale() multiplies the loss; step() unscales first unless unscale_() was called; "
+        "the scale grows after a run of good steps and halves on inf/NaN. On CUDA autocast "
+        "keeps softmax and layer_norm in fp32.",
+        options={"a": "the scale only ever decreases",
+                 "b": "scaler.scale(loss) multiplies the loss by the current scale",
+                 "c": "autocast runs softmax and layer_norm in fp16 on CUDA",
+                 "d": "scaler.step(optimizer) unscales the gradients first, unless unscale_ "
+                      "was already called",
+                 "e": "after a run of steps without inf/NaN the scale grows"})),
+    "q19": _fixed(Practice(
+        "q19", "choice", "In an accumulation loop over k micro-batches you call "
+        "loss.backward() without dividing the loss by k, and step every k micro-batches. Each "
+        "step uses:", "c",
+        "backward adds into .grad: k undivided mean losses give the sum, k times the "
+        "full-batch mean gradient (like a k times larger learning rate for SGD).",
+        options={"a": "the full-batch mean gradient", "b": "only the last micro-batch's gradient",
+                 "c": "k times the mean gradient", "d": "an error"})),
+    "q22": _fixed(Practice(
+        "q22", "ordering", "Order one accumulation cycle over k micro-batches.",
+        ("c", "d", "b", "a"),
+        "zero_grad once, then for each micro-batch forward and (loss / k).backward(), "
+        "then one optimizer step.",
+        options={"a": "optimizer.step()", "b": "(loss / k).backward() for the micro-batch",
+                 "c": "optimizer.zero_grad()", "d": "forward pass of the micro-batch"})),
+    "q23": _fixed(Practice(
+        "q23", "choice", "You `del` a large CUDA tensor (nothing else refers to it). Right "
+        "after:", "a",
+        "Its block goes back to the caching allocator: memory_allocated drops, "
+        "memory_reserved (and nvidia-smi) stay until empty_cache().",
+        options={"a": "memory_allocated drops, memory_reserved stays",
+                 "b": "both drop", "c": "neither changes",
+                 "d": "memory_reserved drops, memory_allocated stays"})),
+    "q27": _fixed(Practice(
+        "q27", "choice", "ZeRO stage 3 over N GPUs with mixed-precision Adam (16 bytes per "
+        "parameter, P parameters). Model states per GPU:", "d",
+        "Stage 3 partitions weights, gradients and optimizer state: (4 + 12)P / N.",
+        options={"a": "16P", "b": "4P + 12P / N", "c": "2P + 14P / N", "d": "16P / N"})),
+}
+
+
+def practice(qid: str, seed: int | None = None) -> Practice:
+    """A practice variant for ``qid`` (text questions: the graded rubric question itself)."""
+    q = _question(qid)
+    if q.kind == "text":
+        rubric = _rubric(q.rubric)
+        return Practice(qid, "text", rubric.question, q.rubric,
+                        f"Model answer: {rubric.model_answer}\n\nWhy: {rubric.explanation}")
+    return PRACTICE[qid](random.Random(seed))
+
+
+# --------------------------------------------------------------------------- widgets
+def _pre(text: str) -> str:
+    return f"<pre style='white-space: pre-wrap'>{html.escape(text)}</pre>"
+
+
+def _prompt_html(p: Practice) -> str:
+    head = "Practice variant" if p.kind != "text" else "Graded question (its rubric is public)"
+    body = f"<b>{head}</b> ({p.kind}{', answer in ' + p.unit if p.unit else ''}): " \
+           f"{html.escape(p.prompt)}"
+    if p.options:
+        body += "<ul>" + "".join(f"<li><b>{k}</b>) {html.escape(v)}</li>"
+                                 for k, v in p.options.items()) + "</ul>"
+    return body
+
+
+def _key_text(p: Practice) -> str:
+    if p.kind == "text":
+        return ""
+    if p.kind == "numeric":
+        return f"Answer: {p.key:g} {p.unit}".rstrip() + "\n"
+    if p.kind == "choice":
+        return f"Answer: {p.key}\n"
+    return f"Answer: {(' > ' if p.kind == 'ordering' else ', ').join(p.key)}\n"
+
+
+class SelfCheck:
+    """The self-study widget of one question: type an answer, check it, and only then reveal
+    the model answer (text) or the worked solution (practice variant).
+
+    ``.widget`` is the ipywidgets box (displayed when this object is the cell's value);
+    ``.answer``, ``.check_button``, ``.reveal_button``, ``.new_button``, ``.feedback`` and
+    ``.solution`` are its parts. Used by 07's self-study section.
+    """
+
+    def __init__(self, qid: str, seed: int | None = None):
+        import ipywidgets as w
+
+        self.question = _question(qid)
+        self._seed = seed if seed is not None else 0
+        self.attempted = False
+        multiline = self.question.kind == "text"
+        self.answer = (w.Textarea(placeholder="your answer, in your own words",
+                                  layout=w.Layout(width="95%", height="8em")) if multiline
+                       else w.Text(placeholder=_EXAMPLE[self.question.kind].strip('"'),
+                                   layout=w.Layout(width="60%")))
+        self.prompt = w.HTML()
+        self.check_button = w.Button(description="Check", button_style="primary")
+        self.reveal_button = w.Button(description="Reveal answer", disabled=True,
+                                      tooltip="available after you have checked an answer")
+        # numeric practice draws new sizes; the other kinds have one written variant
+        self.new_button = w.Button(description="New variant",
+                                   disabled=self.question.kind != "numeric")
+        self.feedback = w.HTML()
+        self.solution = w.HTML()
+        self.check_button.on_click(lambda _: self.check())
+        self.reveal_button.on_click(lambda _: self.reveal())
+        self.new_button.on_click(lambda _: self.new_variant())
+        self.widget = w.VBox([self.prompt, self.answer,
+                              w.HBox([self.check_button, self.reveal_button, self.new_button]),
+                              self.feedback, self.solution])
+        self._load(self._seed)
+
+    def _load(self, seed: int) -> None:
+        self.item = practice(self.question.id, seed)
+        self.attempted = False
+        self.reveal_button.disabled = True
+        self.answer.value = ""
+        self.feedback.value = self.solution.value = ""
+        self.prompt.value = (f"<h4>{self.question.id.upper()} · {TOPICS[self.question.topic]}"
+                             f"</h4>{_prompt_html(self.item)}")
+
+    def check(self) -> None:
+        """Grade what is typed; a non-empty attempt unlocks the reveal button."""
+        value = self.answer.value
+        if not value.strip():
+            self.feedback.value = _pre("type an answer first")
+            return
+        result = self.item.check(value)
+        self.feedback.value = _pre(result.report())
+        self.attempted = True
+        self.reveal_button.disabled = False
+
+    def reveal(self) -> None:
+        """Show the model answer / worked solution, only after an attempt."""
+        if not self.attempted:
+            self.solution.value = _pre("check an answer of your own first")
+            return
+        note = ("" if self.item.kind != "text" else
+                "\n\n(Graded answers that copy this wording are flagged for the instructor.)")
+        self.solution.value = _pre(_key_text(self.item) + self.item.worked + note)
+
+    def new_variant(self) -> None:
+        """Another practice variant (numeric questions draw new sizes)."""
+        self._seed += 1
+        self._load(self._seed)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def self_check(qid: str, seed: int | None = None) -> SelfCheck:
+    """The self-study widget for question ``qid``: ``ml.interview.self_check("q9")``."""
+    return SelfCheck(qid, seed)
+
+
+class StudyPanel:
+    """One panel for all questions: a dropdown picks the question, below it its
+    :class:`SelfCheck`. Used by 07's self-study section (``ml.interview.study_panel()``)."""
+
+    def __init__(self, qid: str = "q1"):
+        import ipywidgets as w
+
+        labels = [(f"{q.id.upper()} · {q.kind} · {q.title}", q.id) for q in QUESTIONS.values()]
+        self.dropdown = w.Dropdown(options=labels, value=_question(qid).id,
+                                   description="Question", layout=w.Layout(width="70%"))
+        self.current = SelfCheck(qid)
+        self.widget = w.VBox([self.dropdown, self.current.widget])
+        self.dropdown.observe(lambda change: self.select(change["new"]), names="value")
+
+    def select(self, qid: str) -> None:
+        if qid != self.current.question.id:
+            self.current = SelfCheck(qid)
+            self.widget.children = [self.dropdown, self.current.widget]
+        if self.dropdown.value != qid:
+            self.dropdown.value = qid
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def study_panel(qid: str = "q1") -> StudyPanel:
+    """The self-study panel of 07 (all questions, one at a time)."""
+    return StudyPanel(qid)
+
+
+# ------------------------------------------------------------ instructor: review list
+@dataclass(frozen=True)
+class ReviewItem:
+    """One answer an instructor should read.
+
+    ``source``: "flagged" (the grader printed a review line in the learner's kernel),
+    "regrade" (a clean regrade outside the kernel flagged it) or "audit" (the clean regrade
+    disagrees with the notebook, or the answer cell can not be evaluated without running it).
+    """
+
+    student: str
+    assignment: str
+    notebook: str
+    question: str
+    source: str
+    reason: str
+
+    def line(self) -> str:
+        who = "/".join(x for x in (self.student, self.assignment, self.notebook) if x)
+        return f"{who}  {self.question}  [{self.source}]  {self.reason}"
+
+
+_INTERVIEW_CALL = re.compile(r"ml\.interview\.grade\(\s*[\"'](q\d+)[\"']")
+_REPORT_HEAD = "[needs review]"
+
+
+def _meta(cell) -> dict:
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def _join(text: Any) -> str:
+    """Notebook JSON stores multi-line strings as a str or as a list of lines."""
+    return "".join(text) if isinstance(text, list) else (text or "")
+
+
+def _stdout(cell) -> str:
+    return "".join(_join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def _marked_lines(text: str, grade_id: str) -> list[tuple[str, str]]:
+    """(question, reason) for each review line in a test cell's printed output."""
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(REVIEW_MARKER):
+            rest = line[len(REVIEW_MARKER):].strip()
+            qid, _, reason = rest.partition(" ")
+            found.append((qid, reason.strip()))
+        elif line.startswith(_REPORT_HEAD):          # ml.rubric's Result.report() head
+            found.append((grade_id, line[len(_REPORT_HEAD):].strip()))
+    return found
+
+
+def _cell_points(cell, max_points: float) -> float:
+    """The points nbgrader gives a test cell from its outputs (nbgrader.utils.determine_grade):
+    0 on an error or any stderr, the numeric last expression as partial credit, else full."""
+    outputs = cell.get("outputs", [])
+    for o in outputs:
+        if o.get("output_type") == "error" or (o.get("output_type") == "stream"
+                                               and o.get("name") == "stderr"):
+            return 0.0
+    for o in outputs:
+        if o.get("output_type") == "execute_result":
+            text = _join((o.get("data") or {}).get("text/plain", ""))
+            try:
+                return min(float(max_points), float(text))
+            except (TypeError, ValueError):
+                pass
+    return float(max_points)
+
+
+class _Unsafe(Exception):
+    """An answer cell that can not be evaluated without running learner code."""
+
+
+_SAFE_CALLS: dict[str, Callable[..., Any]] = {
+    "round": round, "int": int, "float": float, "str": str, "abs": abs, "min": min, "max": max,
+    "sum": sum, "math.sqrt": math.sqrt, "math.ceil": math.ceil, "math.floor": math.floor,
+    "math.log2": math.log2, "math.log10": math.log10, "math.prod": math.prod,
+}
+_SAFE_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+                ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+                ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+                ast.Pow: lambda a, b: a ** b}
+
+
+def _safe_eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+    """Evaluate literals, arithmetic, f-strings and a few pure functions; nothing else."""
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Constant) and type(n.value) in (str, int, float, bool, type(None)):
+            return n.value
+        if isinstance(n, ast.Name) and n.id in env:
+            return env[n.id]
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+            items = [ev(e) for e in n.elts]
+            return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(n)](items)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            if type(v) not in (int, float):
+                raise _Unsafe("a sign on a non-number")
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp) and type(n.op) in _SAFE_BINOPS:
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Pow) and (type(b) not in (int, float) or abs(b) > 512):
+                raise _Unsafe("a large power")
+            if isinstance(n.op, ast.Mult) and (isinstance(a, str) or isinstance(b, str)):
+                raise _Unsafe("string repetition")
+            try:
+                v = _SAFE_BINOPS[type(n.op)](a, b)
+            except Exception as exc:  # noqa: BLE001 - the kernel would have raised too
+                raise _Unsafe(f"{type(exc).__name__} in arithmetic") from None
+            if isinstance(v, str) and len(v) > 20_000:
+                raise _Unsafe("a very long string")
+            return v
+        if isinstance(n, ast.JoinedStr):
+            parts = []
+            for v in n.values:
+                if isinstance(v, ast.Constant):
+                    parts.append(str(v.value))
+                elif isinstance(v, ast.FormattedValue):
+                    val = ev(v.value)
+                    val = {115: str, 114: repr, 97: ascii}.get(v.conversion, lambda x: x)(val)
+                    spec = ev(v.format_spec) if v.format_spec is not None else ""
+                    parts.append(format(val, spec))
+                else:
+                    raise _Unsafe("an unusual f-string")
+            return "".join(parts)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "math" \
+                and n.attr in ("pi", "e"):
+            return getattr(math, n.attr)
+        if isinstance(n, ast.Call) and not n.keywords:
+            f = n.func
+            name = (f.id if isinstance(f, ast.Name) else
+                    f"{f.value.id}.{f.attr}" if isinstance(f, ast.Attribute)
+                    and isinstance(f.value, ast.Name) else "")
+            if name in _SAFE_CALLS:
+                args = [ev(a) for a in n.args]
+                if any(type(a) not in (int, float, str, list, tuple) for a in args):
+                    raise _Unsafe(f"{name}() on an unusual value")
+                try:
+                    return _SAFE_CALLS[name](*args)
+                except Exception as exc:  # noqa: BLE001
+                    raise _Unsafe(f"{type(exc).__name__} in {name}()") from None
+        raise _Unsafe(ast.unparse(n)[:60])
+    return ev(node)
+
+
+def _is_not_implemented(stmt: ast.stmt) -> bool:
+    exc = getattr(stmt, "exc", None)
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(stmt, ast.Raise) and isinstance(target, ast.Name) \
+        and target.id == "NotImplementedError"
+
+
+def answer_values(nb) -> tuple[dict[str, Any], dict[str, str]]:
+    """Evaluate a notebook's answer cells without running them.
+
+    Returns (values of the names they assign, {variable: why it could not be evaluated}).
+    A cell that still raises NotImplementedError before assigning leaves its answer unset.
+    Only literals, arithmetic, f-strings and a few pure functions (round, math.sqrt, ...)
+    are evaluated; anything else (imports, calls, attribute assignment) makes the cell's
+    answer "not evaluable", which :func:`review_notebook` reports.
+    """
+    env: dict[str, Any] = {}
+    unsafe: dict[str, str] = {}
+    for cell in nb.get("cells", []):
+        m = _meta(cell)
+        if cell.get("cell_type") != "code" or not m.get("solution"):
+            continue
+        gid = m.get("grade_id", "")
+        source = _join(cell.get("source", ""))
+        assigned = {gid} if gid.startswith("answer_") else set()
+        try:
+            tree = ast.parse(source)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    assigned.add(node.id)
+            local = dict(env)
+            for stmt in tree.body:
+                if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(
+                        stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                    continue
+                if _is_not_implemented(stmt):
+                    break
+                if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+                    value = _safe_eval(stmt.value, local)
+                    for t in stmt.targets:
+                        local[t.id] = value       # type: ignore[union-attr]
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+                        and stmt.value is not None:
+                    local[stmt.target.id] = _safe_eval(stmt.value, local)
+                else:
+                    raise _Unsafe(f"line {stmt.lineno}: {ast.unparse(stmt).splitlines()[0][:60]}")
+            env = local
+        except SyntaxError as exc:
+            for name in assigned:
+                unsafe[name] = f"the answer cell does not parse ({exc.msg})"
+        except _Unsafe as exc:
+            for name in assigned:
+                unsafe[name] = f"the answer cell runs code the audit does not run ({exc})"
+    return {k: v for k, v in env.items() if k not in unsafe}, unsafe
+
+
+def _regrade(source: str, answers: Mapping[str, Any], max_points: float) -> tuple[float, str]:
+    """Run an instructor-written test cell in a clean namespace holding only the answers;
+    returns (points by nbgrader's rule, printed text)."""
+    import memlab
+
+    importlib.import_module("memlab.grading.interview")
+    ns: dict[str, Any] = {"__name__": "__memlab_audit__", "ml": memlab, **answers}
+    tree = ast.parse(source)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            exec(compile(tree, "<audit>", "exec"), ns)  # noqa: S102 - instructor's own test code
+            value = eval(compile(ast.Expression(last.value), "<audit>", "eval"), ns) if last else None
+    except Exception:  # noqa: BLE001 - a failing test cell scores 0, as in nbgrader
+        return 0.0, out.getvalue()
+    if err.getvalue():
+        return 0.0, out.getvalue()
+    if type(value) in (int, float):
+        return min(float(max_points), float(value)), out.getvalue()
+    return float(max_points), out.getvalue()
+
+
+def _read_nb(nb_or_path):
+    if isinstance(nb_or_path, (str, Path)):
+        return json.loads(Path(nb_or_path).read_text())
+    return nb_or_path
+
+
+def review_notebook(nb, source=None, *, student: str = "", assignment: str = "",
+                    notebook: str = "") -> list[ReviewItem]:
+    """Review items of one autograded notebook (a path or a loaded notebook dict).
+
+    Lists every review line the test cells printed. With ``source`` (the source notebook
+    from solutions/, a path or a dict), also re-grades each ``ml.interview.grade`` test cell
+    outside the kernel, from the answer cells' literal values and the *source's* test code
+    (learner code never runs), and reports disagreements and unevaluable answers.
+    """
+    nb = _read_nb(nb)
+    items: list[ReviewItem] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(question: str, origin: str, reason: str) -> None:
+        if (question, reason) not in seen:
+            seen.add((question, reason))
+            items.append(ReviewItem(student, assignment, notebook, question, origin, reason))
+
+    cells = {_meta(c).get("grade_id"): c for c in nb.get("cells", []) if _meta(c).get("grade_id")}
+    for gid, cell in cells.items():
+        m = _meta(cell)
+        if m.get("grade") and not m.get("solution"):
+            for question, reason in _marked_lines(_stdout(cell), gid):
+                add(question, "flagged", reason)
+    if source is None:
+        return items
+    src = _read_nb(source)
+    if not any(_INTERVIEW_CALL.search(_join(c.get("source", ""))) for c in src.get("cells", [])):
+        return items                     # not an interview notebook: nothing to re-grade
+    answers, unsafe = answer_values(nb)
+    for cell in src.get("cells", []):
+        m = _meta(cell)
+        text = _join(cell.get("source", ""))
+        call = _INTERVIEW_CALL.search(text)
+        if not (m.get("grade") and not m.get("solution") and call):
+            continue
+        qid, gid, max_points = call.group(1), m["grade_id"], float(m.get("points", 0))
+        variable = f"answer_{qid}"
+        if variable in unsafe:
+            add(qid, "audit", f"{variable}: {unsafe[variable]}; read the cell, the notebook's "
+                              f"{_cell_points(cells[gid], max_points) if gid in cells else 0:g} "
+                              "points were not checked")
+            continue
+        points, printed = _regrade(text, answers, max_points)
+        shown = _cell_points(cells[gid], max_points) if gid in cells else 0.0
+        if abs(points - shown) > 0.011:
+            add(qid, "audit", f"the notebook shows {shown:g} points but a clean regrade outside "
+                              f"the kernel gives {points:g}: learner code may have changed the "
+                              "grading; read the submission and override the grade")
+        for question, reason in _marked_lines(printed, gid):
+            if (question, reason) not in seen:
+                add(question, "regrade", reason)
+    return items
+
+
+def find_reviews(path, source_dir=None, *, assignment: str | None = None) -> list[ReviewItem]:
+    """Review items of every autograded notebook under ``path`` (a notebook or a folder laid
+    out as ``<student>/<assignment>/<notebook>.ipynb``, nbgrader's autograded folder).
+
+    With ``source_dir`` (solutions/), interview notebooks are also re-graded outside the
+    kernel (see :func:`review_notebook`). Used by ``python -m memlab.grading.interview review``.
+    """
+    path = Path(path)
+    paths = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    items: list[ReviewItem] = []
+    for p in paths:
+        student = p.parent.parent.name if path.is_dir() and p.parent != path else ""
+        assignment_id = p.parent.name if path.is_dir() and p.parent != path else ""
+        if assignment and assignment_id != assignment:
+            continue
+        source = None
+        if source_dir is not None:
+            candidate = Path(source_dir) / assignment_id / p.name
+            source = candidate if candidate.is_file() else None
+        items += review_notebook(p, source, student=student, assignment=assignment_id,
+                                 notebook=p.name)
+    return items
+
+
+def format_reviews(items: Sequence[ReviewItem]) -> str:
+    """The review list as text, one line per item, for the instructor's terminal."""
+    if not items:
+        return "nothing flagged for manual review"
+    lines = [f"{len(items)} answer(s) to review (flagged: the grader was unsure; audit: a clean "
+             "regrade outside the kernel disagrees or could not run):"]
+    return "\n".join(lines + [f"  {item.line()}" for item in items])
+
+
+def course_reviews(assignment: str | None = None, config_path=None) -> list[ReviewItem]:
+    """Review items of the course's autograded folder (paths from autograder/nbgrader_config.py)."""
+    from memlab.grading import course
+
+    config = course.load_config(config_path)
+    cd = config.CourseDirectory
+    root = Path(cd.root)
+    return find_reviews(root / cd.autograded_directory, root / cd.source_directory,
+                        assignment=assignment)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memlab.grading.interview",
+                                     description="List autograded answers that need manual review.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("review", help="list review items of autograded notebooks")
+    p.add_argument("assignment", nargs="?", default=None)
+    p.add_argument("--path", default=None, help="an autograded notebook or folder (default: the "
+                                                 "course's autograded folder)")
+    p.add_argument("--source", default=None, help="source folder (default: solutions/)")
+    p.add_argument("--config", default=None, help="nbgrader config of the course")
+    args = parser.parse_args(argv)
+    if args.path:
+        items = find_reviews(args.path, args.source, assignment=args.assignment)
+    else:
+        items = course_reviews(args.assignment, args.config)
+    print(format_reviews(items))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""The training-memory calculator: the four consumers of one training step, from a config.
+
+Used by: solutions/01_where_memory_goes (section 6: the worked check against a measurement and
+the interactive calculator), tests/lessons/test_calculator.py.
+
+:func:`estimate` is a pure function, arithmetic only (nothing is allocated):
+
+- parameters, gradients, optimizer state: :func:`memlab.formulas.model_state_bytes` with the
+  bytes per parameter of the chosen precision (table ``PRECISIONS``). ``"mixed-zero"`` is the
+  ZeRO convention, 2 + 2 + 12 = 16 bytes/param (Rajbhandari et al. 2020, sec. 3.1);
+  ``"mixed-hf"`` the Hugging Face one, 6 + 4 + 8 = 18 bytes/param (transformers docs, "Model
+  training anatomy"). Pure ``"bf16"`` training keeps torch.optim's state in the parameter
+  dtype, so Adam's two moments cost 2 x 2 bytes/param there.
+- activations: what autograd saves for the backward pass in a GPT-2-style model
+  (:class:`memlab.models.TinyGPT`), per layer (s = sequence, b = batch, h = hidden, a = heads,
+  e = bytes per activation element, m = bytes per dropout-mask element)::
+
+      eager attention:  e*(16*sbh + a*s^2*b + 4*sb) + s^2
+          + with dropout: m*(a*s^2*b + 2*sbh) + e*a*s^2*b
+      fused attention:  e*(16*sbh + 4*sb) + 4*a*s*b   (+ m*2*sbh with dropout)
+      checkpointed:     e*sbh per layer, plus ONE layer's activations, rebuilt during backward
+
+  With e = 2, m = 1 and the small terms dropped, the eager line is Korthikanti et al. 2022
+  (arXiv 2205.05198) s*b*h*(34 + 5*a*s/h) exactly (:func:`memlab.formulas.korthikanti_layer_bytes`,
+  checked in the tests). The small terms are this implementation's: LayerNorm's saved mean and
+  rstd (4*sb elements), the (s, s) bool causal mask (eager only), and the fp32 log-sum-exp of
+  FlashAttention-style kernels (4*a*s*b bytes). A fused kernel (scaled_dot_product_attention)
+  keeps q, k, v and its output (which is also the projection's input) but no s x s matrix: the
+  a*s^2*b terms disappear, the 16*sbh stay. Outside the layers: token ids
+  saved by the embedding and the loss (int64, 2 x 8*sb) and positions (8*s), the final
+  LayerNorm (e*(sbh + 2*sb)), the head's input (e*sbh) and the log-softmax of the logits
+  (e*s*b*V), which is large when the vocabulary is.
+
+CPU dropout keeps its mask in the activation dtype (m = e), CUDA's fused dropout a bool mask
+(m = 1, the paper's assumption); pass ``dropout_mask_bytes`` accordingly. Under autocast some
+activations stay fp32 (REFERENCE: 1.46x pure bf16 for one block), so ``"mixed-*"`` with e = 2
+is a lower bound there.
+
+:func:`calculator_widget` puts the same function behind ipywidgets sliders, with a stacked bar of
+the four consumers against common GPU sizes (16, 24, 40, 80 GiB; GPUs sold as "80 GB" have
+80 GiB: nvidia-smi reports 81920 MiB on an A100 80GB). ipywidgets and matplotlib are imported
+only when the widget or a plot is built.
+"""
+from __future__ import annotations
+
+import io
+from typing import Any, Mapping
+
+from ..measure import formulas
+from ..measure.units import GiB, fmt_bytes
+
+__all__ = [
+    "DEFAULTS", "PRECISIONS", "OPTIMIZERS", "ATTENTIONS", "GPU_SIZES", "CONSUMERS",
+    "params_from_shape", "layer_activation_bytes", "estimate", "plot_estimate",
+    "calculator_widget",
+]
+
+# A GPT-2-style model with the shape of a 7B model (32 layers, hidden 4096), one sequence of
+# 2048 tokens, mixed-precision AdamW, fused attention: the case the calculator opens with.
+DEFAULTS: dict[str, Any] = {
+    "n_params": None,        # None: computed from the shape below (params_from_shape)
+    "layers": 32,
+    "hidden": 4096,
+    "heads": 32,
+    "vocab": 32000,
+    "seq_len": 2048,
+    "max_seq": None,         # learned position embeddings; None: seq_len
+    "tied_head": True,       # the LM head reuses the token embedding (TinyGPT does)
+    "batch": 1,
+    "precision": "mixed-hf",
+    "optimizer": "adamw",
+    "checkpointing": False,
+    "attention": "fused",
+    "dropout": False,
+    "dropout_mask_bytes": 1,
+}
+
+# precision -> (parameter bytes, gradient bytes, activation element bytes), per parameter/element.
+PRECISIONS: dict[str, tuple[int, int, int]] = {
+    "fp32": (4, 4, 4),
+    "bf16": (2, 2, 2),        # pure bf16: weights, grads, optimizer state all bf16
+    "mixed-zero": (2, 2, 2),  # + fp32 master copy (4) counted in the optimizer state: 16 B/param
+    "mixed-hf": (6, 4, 2),    # fp32 weights 4 + half copy 2, fp32 grads: 18 B/param with AdamW
+}
+OPTIMIZERS = tuple(formulas.OPTIMIZER_STATE_BYTES_PER_PARAM)  # sgd, sgd_momentum, adam, adamw, adam_8bit
+ATTENTIONS = ("eager", "fused")
+CONSUMERS = ("parameters", "gradients", "optimizer state", "activations")
+# Common GPU memory sizes, binary (what nvidia-smi shows, minus a little ECC/reserve).
+GPU_SIZES = {"16 GiB (V100, T4)": 16 * GiB, "24 GiB (RTX 4090, A10)": 24 * GiB,
+             "40 GiB (A100 40GB)": 40 * GiB, "80 GiB (A100/H100 80GB)": 80 * GiB}
+
+_INT_KEYS = ("layers", "hidden", "heads", "vocab", "seq_len", "batch", "dropout_mask_bytes")
+
+
+def _config(config: Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    cfg = dict(DEFAULTS)
+    for source in (config or {}), overrides:
+        unknown = sorted(set(source) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown}; valid keys: {sorted(DEFAULTS)}")
+        cfg.update(source)
+    for key in _INT_KEYS:
+        if type(cfg[key]) is not int or cfg[key] < 1:
+            raise ValueError(f"{key} must be a positive int, got {cfg[key]!r}")
+    if cfg["max_seq"] is None:
+        cfg["max_seq"] = cfg["seq_len"]
+    if cfg["precision"] not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, not {cfg['precision']!r}")
+    if cfg["optimizer"] not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, not {cfg['optimizer']!r}")
+    if cfg["attention"] not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {ATTENTIONS}, not {cfg['attention']!r}")
+    if cfg["n_params"] is not None and cfg["n_params"] < 0:
+        raise ValueError(f"n_params must be >= 0 or None, got {cfg['n_params']!r}")
+    return cfg
+
+
+def params_from_shape(config: Mapping[str, Any] | None = None, **overrides: Any) -> int:
+    """Parameters of a GPT-2-style model of this shape (exact for :class:`memlab.models.TinyGPT`).
+
+    Per layer 12h^2 + 13h (qkv 3h^2+3h, proj h^2+h, fc1 4h^2+4h, fc2 4h^2+h, two LayerNorms 4h);
+    token embedding V*h, learned positions max_seq*h, final LayerNorm 2h, and V*h more when the
+    head is not tied to the embedding.
+    """
+    cfg = _config(config, overrides)
+    h, V = cfg["hidden"], cfg["vocab"]
+    n = cfg["layers"] * (12 * h * h + 13 * h) + V * h + cfg["max_seq"] * h + 2 * h
+    return n if cfg["tied_head"] else n + V * h
+
+
+def layer_activation_bytes(s: int, b: int, h: int, a: int, *, elem_bytes: int = 2,
+                           attention: str = "eager", dropout: bool = False,
+                           mask_bytes: int = 1, small_terms: bool = True) -> int:
+    """Bytes one GPT-2 layer saves for backward (see the module docstring for each term).
+
+    ``small_terms=False`` drops the LayerNorm statistics, the causal mask and the log-sum-exp;
+    with ``elem_bytes=2, mask_bytes=1, dropout=True`` the eager result is then Korthikanti et
+    al.'s s*b*h*(34 + 5*a*s/h).
+    """
+    e, m = elem_bytes, mask_bytes
+    sbh, s2ab = s * b * h, a * s * s * b
+    if attention == "eager":
+        n = e * (16 * sbh + s2ab)
+        if dropout:
+            n += m * (s2ab + 2 * sbh) + e * s2ab
+        if small_terms:
+            n += e * 4 * s * b + s * s
+    elif attention == "fused":
+        n = e * 16 * sbh + (m * 2 * sbh if dropout else 0)
+        if small_terms:
+            n += e * 4 * s * b + 4 * a * s * b
+    else:
+        raise ValueError(f"attention must be one of {ATTENTIONS}, not {attention!r}")
+    return int(n)
+
+
+def estimate(config: Mapping[str, Any] | None = None, **overrides: Any) -> dict[str, int]:
+    """Bytes of the four consumers of one training step, and their total.
+
+    ``config`` (a dict; missing keys take :data:`DEFAULTS`, keyword overrides win) ->
+    ``{"parameters", "gradients", "optimizer state", "activations", "total"}``, all ints.
+    The optimizer state is the steady state (after the first ``step()``); Adam's 4-byte ``step``
+    counters (one per parameter tensor) are left out. Activations are those saved for backward
+    at the end of the forward pass; with checkpointing, the stored layer inputs plus one layer
+    rebuilt during backward.
+    """
+    cfg = _config(config, overrides)
+    n = params_from_shape(cfg) if cfg["n_params"] is None else int(cfg["n_params"])
+    p_bytes, g_bytes, e = PRECISIONS[cfg["precision"]]
+    opt = cfg["optimizer"]
+    if cfg["precision"] == "mixed-hf":    # fp32 weights (4) + a half-precision copy (2)
+        states = formulas.model_state_bytes(n, param_bytes=4, master_copy_bytes=2,
+                                            grad_bytes=g_bytes, optimizer=opt)
+    else:
+        states = formulas.model_state_bytes(n, param_bytes=p_bytes, grad_bytes=g_bytes, optimizer=opt)
+    if cfg["precision"] == "bf16" and opt != "adam_8bit":
+        states["optimizer state"] //= 2    # torch.optim keeps its state in the parameter dtype
+    if cfg["precision"] == "mixed-zero":
+        states["optimizer state"] += 4 * n  # the fp32 master copy is optimizer state in ZeRO
+
+    s, b, h, a, L, V = (cfg[k] for k in ("seq_len", "batch", "hidden", "heads", "layers", "vocab"))
+    m = cfg["dropout_mask_bytes"]
+    layer = layer_activation_bytes(s, b, h, a, elem_bytes=e, attention=cfg["attention"],
+                                   dropout=cfg["dropout"], mask_bytes=m)
+    if cfg["checkpointing"]:
+        layers = L * e * s * b * h + layer   # stored inputs + one layer rebuilt at a time
+    else:
+        layers = L * layer
+    outside = (2 * 8 * s * b + 8 * s            # token ids (embedding, loss), positions: int64
+               + e * (s * b * h + 2 * s * b)    # final LayerNorm: input, mean, rstd
+               + e * s * b * h                  # the head's input
+               + e * s * b * V)                 # log-softmax of the logits, for the loss
+    result = {"parameters": states["parameters"], "gradients": states["gradients"],
+              "optimizer state": states["optimizer state"], "activations": int(layers + outside)}
+    result = {k: int(v) for k, v in result.items()}
+    result["total"] = sum(result[k] for k in CONSUMERS)
+    return result
+
+
+def plot_estimate(result: Mapping[str, int], ax: Any = None, title: str | None = None) -> Any:
+    """Stacked bar of the four consumers (GiB) with the GPU sizes as lines. Returns the axes."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
+    colors = {"parameters": "tab:blue", "gradients": "tab:orange",
+              "optimizer state": "tab:green", "activations": "tab:red"}
+    bottom = 0.0
+    for key in CONSUMERS:
+        height = result[key] / GiB
+        ax.bar([0], [height], bottom=bottom, width=0.5, color=colors[key],
+               label=f"{key}: {fmt_bytes(result[key])}")
+        bottom += height
+    total = sum(result[k] for k in CONSUMERS)
+    top = max(total / GiB, max(GPU_SIZES.values()) / GiB) * 1.12
+    for name, size in GPU_SIZES.items():
+        ax.axhline(size / GiB, color="gray", linestyle="--", linewidth=0.8)
+        ax.text(0.33, size / GiB, name, va="bottom", fontsize=7, color="dimgray")
+    ax.set_xlim(-0.4, 1.3)
+    ax.set_ylim(0, top)
+    ax.set_xticks([])
+    ax.set_ylabel("GiB")
+    ax.set_title(title or f"total {fmt_bytes(total)}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=7, frameon=False)
+    return ax
+
+
+def _figure_png(result: Mapping[str, int], title: str) -> bytes:
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
+
+    fig = Figure(figsize=(5.5, 4.5), dpi=90, layout="constrained")
+    plot_estimate(result, ax=fig.add_subplot(1, 1, 1), title=title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _summary_html(result: Mapping[str, int], n_params: int) -> str:
+    rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{fmt_bytes(result[k])}</td></tr>"
+                   for k in CONSUMERS)
+    fits = [name.split(" (")[0] for name, size in GPU_SIZES.items() if result["total"] <= size]
+    verdict = f"fits on {fits[0]} and larger" if fits else "does not fit on one 80 GiB GPU"
+    return (f"<b>parameters: {n_params / 1e9:.3f} B</b><table>{rows}"
+            f"<tr><td><b>total</b></td><td style='text-align:right'><b>{fmt_bytes(result['total'])}"
+            f"</b></td></tr></table>{verdict} (before temporaries and allocator overhead)")
+
+
+def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any):
+    """The interactive calculator: ipywidgets controls -> :func:`estimate` -> stacked bar.
+
+    Returns an ``ipywidgets.VBox`` (display it as a cell's last expression). For scripting and
+    tests it has ``.controls`` (name -> widget; set ``.value`` to change an input), ``.summary``
+    (HTML with the numbers), ``.image`` (the PNG bar chart), ``.result`` (the latest
+    :func:`estimate` dict), ``.config`` (the latest config) and ``.update()``.
+    """
+    import ipywidgets as W
+
+    cfg = _config(config, overrides)
+    style = {"description_width": "110px"}
+    lay = W.Layout(width="380px")
+
+    def slider(cls, value, description, **kw):
+        return cls(value=value, description=description, continuous_update=False,
+                   style=style, layout=lay, **kw)
+
+    from_shape = cfg["n_params"] is None
+    controls = {
+        "params_from_shape": W.Checkbox(value=from_shape, description="parameters from shape",
+                                        style=style, layout=lay),
+        "n_params_billion": slider(W.FloatLogSlider, (cfg["n_params"] or params_from_shape(cfg)) / 1e9,
+                                   "parameters (B)", base=10, min=-3, max=3, step=0.01,
+                                   readout_format=".3g"),
+        "layers": slider(W.IntSlider, cfg["layers"], "layers", min=1, max=128),
+        "hidden": slider(W.IntSlider, cfg["hidden"], "hidden size", min=64, max=16384, step=64),
+        "heads": slider(W.IntSlider, cfg["heads"], "heads", min=1, max=128),
+        "vocab": slider(W.IntSlider, cfg["vocab"], "vocabulary", min=256, max=262144, step=256),
+        "seq_len": slider(W.IntSlider, cfg["seq_len"], "sequence length", min=16, max=32768, step=16),
+        "batch": slider(W.IntSlider, cfg["batch"], "batch size", min=1, max=256),
+        "precision": W.Dropdown(options=list(PRECISIONS), value=cfg["precision"],
+                                description="precision", style=style, layout=lay),
+        "optimizer": W.Dropdown(options=list(OPTIMIZERS), value=cfg["optimizer"],
+                                description="optimizer", style=style, layout=lay),
+        "attention": W.Dropdown(options=list(ATTENTIONS), value=cfg["attention"],
+                                description="attention", style=style, layout=lay),
+        "checkpointing": W.Checkbox(value=cfg["checkpointing"], description="checkpointing",
+                                    style=style, layout=lay),
+    }
+    summary = W.HTML()
+    image = W.Image(format="png", layout=W.Layout(width="495px"))
+
+    class CalculatorWidget(W.VBox):
+        def update(self, *_: Any) -> None:
+            c = dict(cfg)
+            for key in ("layers", "hidden", "heads", "vocab", "seq_len", "batch", "precision",
+                        "optimizer", "attention", "checkpointing"):
+                c[key] = controls[key].value
+            shape_params = params_from_shape(c, n_params=None)
+            if controls["params_from_shape"].value:
+                c["n_params"] = None
+                controls["n_params_billion"].disabled = True
+                self._syncing = True
+                try:
+                    controls["n_params_billion"].value = shape_params / 1e9
+                finally:
+                    self._syncing = False
+            else:
+                controls["n_params_billion"].disabled = False
+                c["n_params"] = int(round(controls["n_params_billion"].value * 1e9))
+            result = estimate(c)
+            n = shape_params if c["n_params"] is None else c["n_params"]
+            self.config, self.result = c, result
+            summary.value = _summary_html(result, n)
+            image.value = _figure_png(result, f"total {fmt_bytes(result['total'])}")
+
+    box = CalculatorWidget([W.HBox([W.VBox(list(controls.values())), W.VBox([image, summary])])])
+    box.controls, box.summary, box.image = controls, summary, image
+    box._syncing = False
+
+    def on_change(change: Any) -> None:
+        if not box._syncing:
+            box.update()
+
+    for w in controls.values():
+        w.observe(on_change, names="value")
+    box.update()
+    return box

@@ -1,0 +1,437 @@
+"""Tests for memlab.grading.interview (assignment 07 "Interview prep").
+
+What they pin: the question registry matches the source notebook (ids, kinds, points), the
+solution scores full marks through the same test code nbgrader runs, keys never reach the
+release, the package or the printed feedback, the format checks, the review lines, the
+self-study widgets (reveal locked until an attempt) and the instructor's review list, including
+the clean regrade outside the kernel that catches a patched grader.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+import memlab
+from memlab.grading import interview as iv
+from memlab.grading.rubric import grade_numeric
+from memlab.grading.rubric_bank import RUBRICS
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "solutions" / "07_interview_prep" / "07_interview_prep.ipynb"
+RELEASE = ROOT / "notebooks" / "07_interview_prep" / "07_interview_prep.ipynb"
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+KEY_CALL = re.compile(r'ml\.interview\.grade\("(q\d+)", _answer, (.+)\)\n')
+
+
+def _load(path):
+    return json.loads(Path(path).read_text())
+
+
+def _src(cell) -> str:
+    s = cell["source"]
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _cells(nb) -> dict:
+    return {c["metadata"]["nbgrader"]["grade_id"]: c for c in nb["cells"]
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+
+
+@pytest.fixture(scope="module")
+def source():
+    return _load(SOURCE)
+
+
+@pytest.fixture(scope="module")
+def keys(source):
+    """{qid: key} read from the hidden tests of the source notebook."""
+    found = {}
+    for gid, cell in _cells(source).items():
+        m = KEY_CALL.search(_src(cell))
+        if m:
+            found[m.group(1)] = ast.literal_eval(m.group(2))
+    return found
+
+
+@pytest.fixture(scope="module")
+def solution_answers(source):
+    values, unsafe = iv.answer_values(source)
+    assert not unsafe, unsafe
+    return values
+
+
+# ------------------------------------------------------------------------ registry
+def test_registry_covers_the_issue():
+    qs = iv.QUESTIONS
+    assert len(qs) >= 24
+    assert {q.topic for q in qs.values()} == set(iv.TOPICS)
+    assert {q.kind for q in qs.values()} == {"numeric", "choice", "multi", "ordering", "text"}
+    rubrics = {q.rubric for q in qs.values() if q.kind == "text"}
+    assert {"oom_before_batch", "checkpointing_cost"} <= rubrics     # the brief's two questions
+    assert rubrics <= set(RUBRICS)
+    assert any(q.unit == "GB" for q in qs.values()) and any(q.unit == "GiB" for q in qs.values())
+    for q in qs.values():
+        assert (q.kind == "numeric") == (q.unit != "" or q.id in ("q15", "q18"))
+        assert (q.kind in ("choice", "multi", "ordering")) == bool(q.options)
+
+
+def test_source_notebook_matches_the_registry(source, keys):
+    cells = _cells(source)
+    for qid, q in iv.QUESTIONS.items():
+        answer, test = cells[f"answer_{qid}"], cells[f"test_{qid}"]
+        assert answer["metadata"]["nbgrader"]["solution"] and "### BEGIN SOLUTION" in _src(answer)
+        meta, text = test["metadata"]["nbgrader"], _src(test)
+        assert meta["grade"] and meta["locked"] and meta["points"] == q.points, qid
+        assert f'ml.interview.answer_of("{qid}", globals())' in text
+        assert text.rstrip().splitlines()[-1 if q.kind == "text" else -2] == f"_result.points({q.points:g})"
+        if q.kind == "text":
+            assert "HIDDEN" not in text and qid not in keys
+        else:
+            assert qid in keys, f"{qid}: no key in a hidden test"
+            assert all("ml.interview.grade" not in line for line in HIDDEN.sub("", text).splitlines()), (
+                f"{qid}: the grading call (and its key) must be inside the hidden block")
+
+
+def test_release_and_package_hold_no_keys(keys):
+    release = _load(RELEASE)
+    for gid, cell in _cells(release).items():
+        text = _src(cell)
+        assert "HIDDEN" not in text and not KEY_CALL.search(text), gid
+    package = Path(iv.__file__).read_text()
+    for qid, key in keys.items():
+        digits = repr(key).replace(".", "").strip("0")
+        if isinstance(key, float) and not key.is_integer() and len(digits) >= 3:  # distinctive
+            assert repr(key) not in package, f"the key of {qid} appears in memlab/interview.py"
+
+
+def test_solution_scores_full_marks_through_the_test_code(source, solution_answers, capsys):
+    """The same test source nbgrader runs, executed in a clean namespace."""
+    for gid, cell in _cells(source).items():
+        meta = cell["metadata"]["nbgrader"]
+        if meta.get("grade") and not meta.get("solution"):
+            points, printed = iv._regrade(_src(cell), solution_answers, meta["points"])
+            assert points == meta["points"], f"{gid}: {points} of {meta['points']}\n{printed}"
+            assert iv.REVIEW_MARKER not in printed, f"{gid} is flagged:\n{printed}"
+    assert capsys.readouterr().err == ""
+
+
+def test_practice_keys_never_grade_a_graded_answer_as_right(solution_answers):
+    for qid, make in iv.PRACTICE.items():
+        q = iv.QUESTIONS[qid]
+        for seed in range(12):
+            p = make(__import__("random").Random(seed))
+            assert p.qid == qid and p.kind == q.kind and p.worked
+            if q.kind == "numeric":
+                r = grade_numeric(solution_answers[q.variable], p.key, p.unit)
+                assert r.score < 1.0, f"practice {qid} (seed {seed}) has the graded key {p.key} {p.unit}"
+                assert p.check(f"{p.key} {p.unit}").score == 1.0
+            else:
+                labels = list(p.key) if isinstance(p.key, (tuple, list)) else [p.key]
+                assert set(p.options) >= set(labels)
+                assert p.check(p.key if q.kind == "choice" else labels).score == 1.0
+                graded = solution_answers[q.variable]
+                graded = [graded] if isinstance(graded, str) and q.kind == "choice" else graded
+                if isinstance(graded, str):
+                    graded = iv._label_list(graded, ordered=q.kind == "ordering")
+                assert sorted(labels) != sorted(graded), (
+                    f"practice {qid} has the same labels as the graded key: a learner could "
+                    "copy them")
+
+
+# ------------------------------------------------------------------- answer_of/grade
+def test_answer_of_blank_raises_not_implemented():
+    with pytest.raises(NotImplementedError, match="answer_q1 is not set"):
+        iv.answer_of("q1", {})
+
+
+@pytest.mark.parametrize("qid,answer,message", [
+    ("q1", "lots", "no number found"),
+    ("q1", "20 ms", "in seconds"),
+    ("q3", "z", "not an option: z"),
+    ("q3", ["a", "b"], "exactly one"),
+    ("q3", 3, "expected one option label"),
+    ("q4", ["d", "x"], "not an option: x"),
+    ("q22", "c > e > d", "every option exactly once"),
+    ("q9", "   ", "empty"),
+    ("q9", 42, "expected a string"),
+])
+def test_answer_of_rejects_unreadable_answers(qid, answer, message):
+    with pytest.raises(AssertionError, match=message):
+        iv.answer_of(qid, {f"answer_{qid}": answer})
+
+
+def test_answer_of_prints_how_it_reads(capsys):
+    assert iv.answer_of("q2", {"answer_q2": "112 GB"}) == "112 GB"
+    assert iv.answer_of("q22", {"answer_q22": ["c", "e", "d", "a", "b"]})
+    out = capsys.readouterr()
+    assert "answer_q2 reads as 104.3 GiB" in out.out and "orders c > e > d > a > b" in out.out
+    assert out.err == ""
+
+
+def test_numeric_feedback_never_states_the_key(capsys):
+    for answer, points in (("20.8 GB", 2.0), ("19.5 GiB", 2.0), ("23 GB", 1.0), ("30 GB", 0.0),
+                           ("nonsense", 0.0)):
+        r = iv.grade("q1", answer, 20.8)
+        assert r.points(2) == points
+        out = capsys.readouterr().out
+        assert "20.8" not in out.replace("you gave 20.8 GB", ""), out
+        assert "expected" not in out
+    iv.grade("q1", "30 GB", 20.8)
+    assert "too high" in capsys.readouterr().out
+
+
+def test_choice_and_ordering_feedback_never_state_the_key(capsys):
+    assert iv.grade("q3", "a", "b").score == 0.0
+    assert iv.grade("q4", ["d"], ["d", "e"]).score == 0.5
+    assert iv.grade("q22", "e > c > d > a > b", ["c", "e", "d", "a", "b"]).score == pytest.approx(0.8)
+    assert iv.grade("q22", "c > e > d > a > b", "c > e > d > a > b").score == 1.0
+    out = capsys.readouterr().out
+    assert "the answer is" not in out and "right order is" not in out and "right options are" not in out
+
+
+def test_review_line_for_uncertain_grades(capsys):
+    iv.grade("q1", "24G", 24)                   # ambiguous unit: grade depends on GB vs GiB
+    iv.grade("q9", "Because it has to recompute the activations, which takes more time.")
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith(iv.REVIEW_MARKER)]
+    assert len(lines) == 2 and lines[0].startswith(f"{iv.REVIEW_MARKER} q1 (")
+    assert "review band" in lines[1]
+
+
+def test_copying_the_model_answer_is_flagged(capsys):
+    model = RUBRICS["checkpointing_cost"].model_answer
+    r = iv.grade("q9", model)
+    assert r.score == 1.0 and r.needs_review and "model answer" in r.review_reason
+    assert f"{iv.REVIEW_MARKER} q9" in capsys.readouterr().out
+    own = "Checkpointing drops activations and recomputes them during backward: extra time."
+    assert iv.copied_share(own, model) < iv.COPY_SHARE
+
+
+def test_grade_undoes_a_patched_engine(capsys):
+    original = memlab.grading.rubric.grade_numeric
+    memlab.grading.rubric.grade_numeric = lambda *a, **k: memlab.grading.rubric.Result(1.0)
+    try:
+        assert iv.grade("q1", "1 GB", 20.8).score == 0.0
+    finally:
+        memlab.grading.rubric.grade_numeric = original
+
+
+def test_grade_is_silent_on_stderr_and_warns_nothing(capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for qid, q in iv.QUESTIONS.items():
+            key = {"text": None, "numeric": 1.0, "choice": q.options[0] if q.options else None,
+                   "multi": list(q.options[:2]), "ordering": list(q.options)}[q.kind]
+            for answer in ("", "x" * 5000, None, ["a"], "a", 3.5, "fp16 bf16 " * 80):
+                iv.grade(qid, answer, key)
+    assert capsys.readouterr().err == ""
+
+
+def test_instructor_errors_raise():
+    with pytest.raises(ValueError, match="unknown question"):
+        iv.grade("q99", "a", "a")
+    with pytest.raises(ValueError, match="needs its key"):
+        iv.grade("q1", "1 GB")
+    with pytest.raises(ValueError, match="no key"):
+        iv.grade("q9", "text", "a")
+
+
+# ------------------------------------------------------------------------- widgets
+@pytest.mark.parametrize("qid", list(iv.QUESTIONS))
+def test_self_check_widget_reveals_only_after_an_attempt(qid):
+    box = iv.self_check(qid, seed=3)
+    assert box.reveal_button.disabled and not box.attempted
+    box.reveal_button.click()                          # a click the front end would block
+    assert "first" in box.solution.value and "Answer:" not in box.solution.value
+    box.check_button.click()                           # empty: not an attempt
+    assert box.reveal_button.disabled
+    box.answer.value = "b" if box.question.kind != "text" else "It recomputes activations."
+    box.check_button.click()
+    assert not box.reveal_button.disabled and box.feedback.value.startswith("<pre")
+    box.reveal_button.click()
+    if box.question.kind == "text":
+        assert html_unescape(RUBRICS[box.question.rubric].model_answer[:40]) in html_unescape(box.solution.value)
+    else:
+        assert "Answer:" in box.solution.value and box.item.worked[:20] in html_unescape(box.solution.value)
+    assert box._repr_mimebundle_()  # displays as its widget
+
+
+def html_unescape(s: str) -> str:
+    import html
+    return html.unescape(s)
+
+
+def test_new_variant_locks_the_reveal_again():
+    box = iv.self_check("q1", seed=0)
+    first = box.prompt.value
+    box.answer.value = "1 GB"
+    box.check()
+    assert not box.reveal_button.disabled
+    box.new_button.click()
+    assert box.reveal_button.disabled and box.answer.value == "" and box.prompt.value != first
+    assert iv.self_check("q9").new_button.disabled and iv.self_check("q3").new_button.disabled
+
+
+def test_study_panel_switches_questions():
+    panel = iv.study_panel()
+    assert panel.current.question.id == "q1" and len(panel.dropdown.options) == len(iv.QUESTIONS)
+    panel.dropdown.value = "q22"
+    assert panel.current.question.id == "q22" and panel.widget.children[1] is panel.current.widget
+    panel.select("q9")
+    assert panel.dropdown.value == "q9" and panel.current.question.kind == "text"
+
+
+# ------------------------------------------------------------------- review list
+def _fake_autograded(source, answers: dict, shown_points: dict, printed: dict | None = None):
+    """The source notebook as nbgrader would leave it after autograde: learner answer cells,
+    test cells with their outputs (an execute_result with the points, printed lines)."""
+    nb = copy.deepcopy(source)
+    printed = printed or {}
+    for cell in nb["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        if gid.startswith("answer_"):
+            cell["source"] = answers.get(gid, "# YOUR CODE HERE\nraise NotImplementedError()")
+        if gid.startswith("test_"):
+            qid = gid[len("test_"):]
+            if qid in shown_points:
+                cell["outputs"] = [
+                    {"output_type": "stream", "name": "stdout", "text": printed.get(qid, "ok\n")},
+                    {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                     "data": {"text/plain": repr(float(shown_points[qid]))}}]
+            else:
+                cell["outputs"] = [{"output_type": "error", "ename": "NotImplementedError",
+                                    "evalue": "", "traceback": []}]
+    return nb
+
+
+def test_review_lines_are_found_in_test_cell_outputs(source, tmp_path):
+    nb = _fake_autograded(source, {"answer_q9": 'answer_q9 = "It recomputes, slower."'}, {"q9": 1.1},
+                          {"q9": "Q9 (text): 1.1 of 3 points\nNEEDS MANUAL REVIEW: q9 (1.1 of 3 "
+                                 "points): score 0.37 is in the review band 0.3-0.7\n"})
+    # a line a learner prints in an answer cell is not a test cell's output: ignored
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "answer_q1":
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout",
+                                "text": "NEEDS MANUAL REVIEW: q1 fake\n"}]
+    folder = tmp_path / "alice" / "07_interview_prep"
+    folder.mkdir(parents=True)
+    (folder / "07_interview_prep.ipynb").write_text(json.dumps(nb))
+    items = iv.find_reviews(tmp_path)
+    assert [(i.student, i.assignment, i.question, i.source) for i in items] == [
+        ("alice", "07_interview_prep", "q9", "flagged")]
+    assert "review band" in items[0].reason
+    text = iv.format_reviews(items)
+    assert "alice/07_interview_prep/07_interview_prep.ipynb  q9  [flagged]" in text
+    assert iv.format_reviews([]) == "nothing flagged for manual review"
+
+
+def test_report_heads_of_other_assignments_are_found():
+    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {"nbgrader": {
+        "grade": True, "solution": False, "grade_id": "test_written_answer", "points": 2}},
+        "outputs": [{"output_type": "stream", "name": "stdout",
+                     "text": "[needs review] score 0.55 (text): score 0.55 is in the review band\n"}]}]}
+    items = iv.review_notebook(nb)
+    assert [(i.question, i.source) for i in items] == [("test_written_answer", "flagged")]
+
+
+def test_audit_catches_a_patched_grader_and_unevaluable_answers(source):
+    cheat = ('ml.interview.grade = lambda *a, **k: ml.rubric.Result(1.0)\n'
+             'answer_q1 = "1 GB"')
+    nb = _fake_autograded(source, {
+        "answer_q1": cheat,                                    # can not be evaluated safely
+        "answer_q2": 'answer_q2 = "1 GiB"',                    # wrong, but the notebook shows 2
+        "answer_q3": 'answer_q3 = "b"',                        # right, shown right
+        "answer_q18": "n = 512 // (8 * 16)\nanswer_q18 = f'{n}'",  # arithmetic is evaluated
+    }, {"q1": 2.0, "q2": 2.0, "q3": 1.0, "q18": 2.0})
+    items = iv.review_notebook(nb, source)
+    by_q = {i.question: i for i in items}
+    assert by_q["q1"].source == "audit" and "runs code" in by_q["q1"].reason
+    assert by_q["q2"].source == "audit" and "clean regrade" in by_q["q2"].reason
+    assert "q3" not in by_q and "q18" not in by_q
+    assert all(i.question in ("q1", "q2") for i in items), items
+
+
+def test_audit_of_an_honest_submission_is_quiet(source, solution_answers):
+    answers = {f"answer_{q}": f"answer_{q} = {solution_answers['answer_' + q]!r}"
+               for q in iv.QUESTIONS}
+    points = {q: iv.QUESTIONS[q].points for q in iv.QUESTIONS}
+    assert iv.review_notebook(_fake_autograded(source, answers, points), source) == []
+
+
+@pytest.mark.parametrize("cell,expected", [
+    ('answer_q1 = "20.8 GB"', {"answer_q1": "20.8 GB"}),
+    ("answer_q1 = 16 * 1.3", {"answer_q1": pytest.approx(20.8)}),
+    ('b = 1.3e9\nanswer_q1 = f"{16 * b / 1e9:.1f} GB"', {"answer_q1": "20.8 GB", "b": 1.3e9}),
+    ("answer_q1 = round(math.sqrt(64) * 96 / 1024, 2)", {"answer_q1": 0.75}),
+    ('answer_q1 = ["a", "b"]', {"answer_q1": ["a", "b"]}),
+    ("# YOUR CODE HERE\nraise NotImplementedError()", {}),
+    ('raise NotImplementedError()\nanswer_q1 = "1 GB"', {}),
+])
+def test_answer_values_evaluates_plain_answers(cell, expected):
+    nb = {"cells": [{"cell_type": "code", "source": cell, "metadata": {"nbgrader": {
+        "grade": False, "solution": True, "grade_id": "answer_q1"}}}]}
+    values, unsafe = iv.answer_values(nb)
+    assert not unsafe and values == expected
+
+
+@pytest.mark.parametrize("cell", [
+    "import os\nanswer_q1 = '1 GB'",
+    "ml.rubric.grade_numeric = None\nanswer_q1 = '1 GB'",
+    "answer_q1 = open('/etc/passwd').read()",
+    "answer_q1 = 'x' * 10**9",
+    "answer_q1 = 10 ** 10 ** 10",
+    "def f():\n    return 1\nanswer_q1 = f()",
+    "answer_q1 = (",
+])
+def test_answer_values_never_runs_code(cell):
+    nb = {"cells": [{"cell_type": "code", "source": cell, "metadata": {"nbgrader": {
+        "grade": False, "solution": True, "grade_id": "answer_q1"}}}]}
+    values, unsafe = iv.answer_values(nb)
+    assert "answer_q1" in unsafe and "answer_q1" not in values
+
+
+def test_review_command_reads_the_course_layout(source, tmp_path, capsys):
+    (tmp_path / "autograder").mkdir()
+    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", tmp_path / "autograder")
+    (tmp_path / "solutions" / "07_interview_prep").mkdir(parents=True)
+    shutil.copy(SOURCE, tmp_path / "solutions" / "07_interview_prep")
+    folder = tmp_path / "autograder" / "work" / "autograded" / "bob" / "07_interview_prep"
+    folder.mkdir(parents=True)
+    nb = _fake_autograded(source, {"answer_q2": 'answer_q2 = "1 GiB"'}, {"q2": 2.0})
+    (folder / "07_interview_prep.ipynb").write_text(json.dumps(nb))
+    config = tmp_path / "autograder" / "nbgrader_config.py"
+    assert iv.main(["review", "07_interview_prep", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "bob/07_interview_prep/07_interview_prep.ipynb  q2  [audit]" in out
+    from memlab import instructor
+    assert instructor.main(["--config", str(config), "reviews", "07_interview_prep"]) == 0
+    assert "q2  [audit]" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_executed_notebook_end_to_end(source, tmp_path):
+    """A real kernel: the solution with a patched grader on q1 and a half-right q9. The
+    notebook awards the cheat full points; the review list names both answers."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(SOURCE, as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid == "answer_q1":
+            cell.source = ('_real = ml.interview.grade\n'
+                           'ml.interview.grade = lambda q, a, k=None: _real(q, "20.8 GB" if q == "q1" '
+                           'else a, k)\nanswer_q1 = "1 GB"')
+        elif gid == "answer_q9":
+            cell.source = 'answer_q9 = "Because it has to recompute the activations, which takes more time."'
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    items = {i.question: i for i in iv.review_notebook(json.loads(nbformat.writes(nb)), source)}
+    assert items["q1"].source == "audit", items
+    assert items["q9"].source == "flagged" and "review band" in items["q9"].reason

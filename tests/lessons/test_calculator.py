@@ -1,0 +1,233 @@
+"""memlab.calculator: the estimate against real CPU measurements, the published conventions,
+and the ipywidgets calculator (built and driven without a browser).
+
+Tolerance: each consumer within 1% of ``ml.training_step_breakdown`` on small TinyGPT configs
+(the estimate leaves out the loss scalar and Adam's 4-byte ``step`` counters, a few hundred bytes).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+import memlab as ml
+from memlab.lessons import calculator as calc
+from memlab.measure.models import GPT2Block, TinyGPT
+
+TOLERANCE = 0.01
+
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-3),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-3),
+}
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class FusedBlock(GPT2Block):
+    """GPT2Block with scaled_dot_product_attention (flash kernel on CPU): no s x s matrix kept."""
+
+    def attention(self, x):
+        s, b, h = x.shape
+        a, d = self.a, h // self.a
+        q, k, v = self.qkv(x).split(h, dim=-1)
+        q, k, v = (t.reshape(s, b, a, d).permute(1, 2, 0, 3) for t in (q, k, v))  # (b, a, s, d)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(out.permute(2, 0, 1, 3).reshape(s, b, h))
+
+
+class VariantGPT(TinyGPT):
+    """TinyGPT with fused attention and/or every block checkpointed (use_reentrant=False)."""
+
+    def __init__(self, *, fused=False, checkpointed=False, **kw):
+        super().__init__(**kw)
+        if fused:
+            h, a = kw["hidden"], kw["heads"]
+            self.blocks = torch.nn.ModuleList(FusedBlock(h, a, kw.get("dropout", 0.0))
+                                              for _ in range(kw["layers"]))
+        self.checkpointed = checkpointed
+
+    def forward(self, idx):
+        s = idx.shape[0]
+        x = self.tok(idx) + self.pos(torch.arange(s, device=idx.device))[:, None, :]
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.checkpointed else block(x)
+        return self.head(self.ln_f(x))
+
+
+def measure(*, vocab, hidden, heads, layers, seq, batch, dtype, optimizer, dropout=0.0,
+            fused=False, checkpointed=False, max_seq=None):
+    torch.manual_seed(0)
+    model = VariantGPT(vocab=vocab, hidden=hidden, heads=heads, layers=layers,
+                       max_seq=max_seq or seq, dropout=dropout, fused=fused,
+                       checkpointed=checkpointed).to(dtype)
+    opt = OPTIMIZERS[optimizer](model.parameters())
+    batch_ = (torch.randint(0, vocab, (seq, batch)), torch.randint(0, vocab, (seq, batch)))
+    ml.training_step_breakdown(model, batch_, loss_fn, opt, device="cpu", timeline=False)  # state exists
+    report = ml.training_step_breakdown(model, batch_, loss_fn, opt, device="cpu", timeline=False)
+    measured = report.as_dict()
+    if checkpointed:  # the calculator adds one layer rebuilt during backward: measure it
+        block = model.blocks[0]
+        x = torch.randn(seq, batch, hidden, dtype=dtype, requires_grad=True)
+        measured["activations"] += ml.saved_activation_bytes(block, x, exclude=block)
+    return measured
+
+
+CASES = [
+    # vocab hidden heads layers seq batch dtype optimizer dropout fused ckpt
+    (256, 64, 4, 2, 32, 4, torch.float32, "adamw", 0.0, False, False),
+    (512, 32, 2, 3, 16, 2, torch.bfloat16, "sgd_momentum", 0.0, False, False),
+    (300, 48, 4, 1, 24, 3, torch.float32, "sgd", 0.1, False, False),
+    (256, 64, 4, 2, 32, 4, torch.bfloat16, "adam", 0.1, False, False),
+    (256, 64, 4, 2, 32, 4, torch.float32, "adamw", 0.0, False, True),
+    (384, 64, 2, 2, 40, 2, torch.float32, "adamw", 0.0, True, False),
+    (384, 32, 4, 3, 24, 3, torch.bfloat16, "sgd", 0.0, True, True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[6]}-{c[7]}-drop{c[8]}-fused{c[9]}-ckpt{c[10]}")
+def test_estimate_matches_measurement_within_1_percent(case):
+    vocab, hidden, heads, layers, seq, batch, dtype, optimizer, dropout, fused, ckpt = case
+    measured = measure(vocab=vocab, hidden=hidden, heads=heads, layers=layers, seq=seq, batch=batch,
+                       dtype=dtype, optimizer=optimizer, dropout=dropout, fused=fused, checkpointed=ckpt)
+    est = calc.estimate(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq,
+                        batch=batch, precision="fp32" if dtype == torch.float32 else "bf16",
+                        optimizer=optimizer, attention="fused" if fused else "eager",
+                        dropout=dropout > 0, dropout_mask_bytes=dtype.itemsize,  # CPU dropout
+                        checkpointing=ckpt)
+    for key in calc.CONSUMERS:
+        assert type(est[key]) is int
+        if measured[key] == 0:
+            assert est[key] == 0, key
+        else:
+            assert abs(est[key] / measured[key] - 1) <= TOLERANCE, (key, est[key], measured[key])
+    assert est["total"] == sum(est[k] for k in calc.CONSUMERS)
+
+
+def test_max_seq_and_untied_head_change_the_parameter_count():
+    for tied in (True, False):
+        model = TinyGPT(vocab=100, hidden=32, heads=4, layers=2, max_seq=50)
+        if not tied:
+            model.head.weight = torch.nn.Parameter(model.tok.weight.detach().clone())
+        expected = sum(p.numel() for p in model.parameters())
+        got = calc.params_from_shape(vocab=100, hidden=32, heads=4, layers=2, seq_len=20,
+                                     max_seq=50, tied_head=tied)
+        assert got == expected
+
+
+def test_eager_layer_reduces_to_korthikanti():
+    """16-bit activations, 1-byte dropout masks, small terms dropped: the paper's formula."""
+    for s, b, h, a in [(1024, 8, 768, 12), (2048, 1, 4096, 32), (128, 4, 256, 4)]:
+        ours = calc.layer_activation_bytes(s, b, h, a, elem_bytes=2, dropout=True, mask_bytes=1,
+                                           small_terms=False)
+        assert ours == ml.formulas.korthikanti_layer_bytes(s, b, h, a)
+    # the REFERENCE worked example: GPT-2 small layer, s=1024, b=8 -> 684 MiB
+    assert calc.layer_activation_bytes(1024, 8, 768, 12, dropout=True, small_terms=False) == 684 * ml.MiB
+
+
+def test_fused_attention_drops_the_quadratic_term():
+    eager = [calc.layer_activation_bytes(s, 1, 256, 4) for s in (512, 1024, 2048)]
+    fused = [calc.layer_activation_bytes(s, 1, 256, 4, attention="fused") for s in (512, 1024, 2048)]
+    assert fused[2] / fused[1] == pytest.approx(2, rel=0.01), "fused: linear in s"
+    assert eager[2] / eager[1] > 3, "eager: the a*s^2*b term dominates at long s"
+
+
+@pytest.mark.parametrize("precision,optimizer,per_param", [
+    ("mixed-zero", "adam", 16), ("mixed-hf", "adamw", 18), ("fp32", "adam", 16),
+    ("bf16", "adamw", 8), ("mixed-hf", "adam_8bit", 12), ("fp32", "sgd_momentum", 12),
+    ("fp32", "sgd", 8), ("mixed-zero", "sgd", 8),
+])
+def test_bytes_per_param_conventions(precision, optimizer, per_param):
+    n = 10**9
+    est = calc.estimate(n_params=n, precision=precision, optimizer=optimizer)
+    states = est["parameters"] + est["gradients"] + est["optimizer state"]
+    assert states == per_param * n
+    if (precision, optimizer) == ("mixed-zero", "adam"):
+        assert per_param == ml.formulas.bytes_per_param("zero")
+        assert (est["parameters"], est["gradients"], est["optimizer state"]) == (2 * n, 2 * n, 12 * n)
+    if (precision, optimizer) == ("mixed-hf", "adamw"):
+        assert per_param == ml.formulas.bytes_per_param("hf")
+        assert (est["parameters"], est["gradients"], est["optimizer state"]) == (6 * n, 4 * n, 8 * n)
+
+
+def test_7b_worked_estimate():
+    """7e9 params: 112 GB (ZeRO, 16 B/param) and 126 GB (HF, 18 B/param) of model states."""
+    zero = calc.estimate(n_params=7 * 10**9, precision="mixed-zero", optimizer="adam")
+    hf = calc.estimate(n_params=7 * 10**9, precision="mixed-hf", optimizer="adamw")
+    assert zero["total"] - zero["activations"] == 112 * 10**9
+    assert hf["total"] - hf["activations"] == 126 * 10**9
+
+
+def test_activations_are_linear_in_batch_and_layers_and_checkpointing_helps():
+    base = dict(layers=12, hidden=768, heads=12, vocab=50257, seq_len=1024, attention="eager")
+    acts = [calc.estimate(base, batch=b)["activations"] for b in (1, 2, 3, 4)]
+    diffs = {acts[i + 1] - acts[i] for i in range(3)}
+    assert len(diffs) == 1, "linear in the batch"
+    acts = [calc.estimate(base, layers=n)["activations"] for n in (2, 4, 6)]
+    assert acts[2] - acts[1] == acts[1] - acts[0] > 0, "linear in the number of layers"
+    full = calc.estimate(base, batch=8)["activations"]
+    ckpt = calc.estimate(base, batch=8, checkpointing=True)["activations"]
+    assert ckpt < full / 4
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown config key"):
+        calc.estimate(batch_size=4)
+    with pytest.raises(ValueError, match="precision"):
+        calc.estimate(precision="fp8")
+    with pytest.raises(ValueError, match="optimizer"):
+        calc.estimate(optimizer="lion")
+    with pytest.raises(ValueError, match="batch"):
+        calc.estimate(batch=0)
+    with pytest.raises(ValueError, match="layers"):
+        calc.estimate(layers=2.5)
+
+
+def test_plot_estimate_draws_four_consumers_and_gpu_lines():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot(1, 1, 1)
+    calc.plot_estimate(calc.estimate(), ax=ax)
+    assert len(ax.patches) == 4
+    assert len(ax.lines) == len(calc.GPU_SIZES)
+
+
+def test_widget_builds_and_updates_the_total_when_a_slider_moves():
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("matplotlib")
+    w = calc.calculator_widget(layers=4, hidden=256, heads=4, vocab=1000, seq_len=128, batch=2,
+                               precision="fp32", optimizer="adamw", attention="eager")
+    expected = calc.estimate(layers=4, hidden=256, heads=4, vocab=1000, seq_len=128, batch=2,
+                             precision="fp32", optimizer="adamw", attention="eager")
+    assert w.result == expected
+    assert ml.fmt_bytes(expected["total"]) in w.summary.value
+    assert bytes(w.image.value[:8]) == b"\x89PNG\r\n\x1a\n"
+    png_before, total_before = bytes(w.image.value), w.result["total"]
+
+    w.controls["batch"].value = 8  # as if the learner moved the slider
+    after = calc.estimate(layers=4, hidden=256, heads=4, vocab=1000, seq_len=128, batch=8,
+                          precision="fp32", optimizer="adamw", attention="eager")
+    assert w.result == after and after["total"] > total_before
+    assert ml.fmt_bytes(after["total"]) in w.summary.value
+    assert bytes(w.image.value) != png_before
+
+    w.controls["checkpointing"].value = True
+    assert w.result["activations"] < after["activations"]
+    w.controls["precision"].value = "mixed-hf"
+    assert w.result["parameters"] == 6 * calc.params_from_shape(w.config)
+
+    # an explicit parameter count instead of the shape's
+    assert w.controls["n_params_billion"].disabled
+    w.controls["params_from_shape"].value = False
+    assert not w.controls["n_params_billion"].disabled
+    w.controls["n_params_billion"].value = 7.0
+    assert w.config["n_params"] == 7 * 10**9
+    assert w.result["parameters"] == 6 * 7 * 10**9
+    assert "7.000 B" in w.summary.value

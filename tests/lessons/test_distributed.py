@@ -1,0 +1,122 @@
+"""memlab.distributed (06_sharding): ranks launched on this machine, measured per rank.
+
+Two launches of 2 gloo ranks on the CPU (~25 s on 2 cores) and one of 3 ranks, marked slow.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from memlab.lessons import distributed as D
+
+
+def _expected(shapes, strategy, n):
+    """The bookkeeping rules the notebook teaches (fp32 Adam: 8 B/element + 4 B step per tensor)."""
+    numels = [math.prod(s) for s in shapes]
+    out = [dict(params=0, optimizer_state=0) for _ in range(n)]
+    if strategy == "fsdp":
+        for shape, numel in zip(shapes, numels):
+            for r in range(n):
+                rows = D._fsdp_rows(shape[0], n, r)
+                out[r]["params"] += 4 * rows * (numel // shape[0])
+                out[r]["optimizer_state"] += 8 * rows * (numel // shape[0]) + 4
+        return out
+    owner = D._zero1_owner(shapes, n)
+    for r in range(n):
+        out[r]["params"] = 4 * sum(numels)
+        out[r]["optimizer_state"] = sum(8 * k + 4 for i, k in enumerate(numels)
+                                        if strategy == "ddp" or owner[i] == r)
+    return out
+
+
+def _reference(cfg):
+    model = D.make_mlp(cfg["sizes"], cfg["seed"])
+    batches = D.rank_batches(cfg["sizes"], cfg["batch_sizes"], cfg["seed"])
+    for x, y in batches:
+        (D.loss_fn(model(x), y) / len(batches)).backward()
+    return [p.grad for p in model.parameters()]
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    cfgs = [dict(sizes=[9, 17, 5], batch_sizes=[2, 5], seed=3), dict(sizes=[32, 64, 8], batch_sizes=[3, 3], seed=0)]
+    return cfgs, D.launch(2, cfgs, timeline=True, timeout=240)
+
+
+def test_per_rank_bytes_follow_the_rules(two_ranks):
+    cfgs, runs = two_ranks
+    for cfg, per_rank in zip(cfgs, runs):
+        shapes = D.param_shapes(cfg["sizes"])
+        for s in D.STRATEGIES:
+            want = _expected(shapes, s, 2)
+            for r in range(2):
+                got = {k: per_rank[r][s][k] for k in ("params", "optimizer_state")}
+                assert got == want[r], f"{cfg['sizes']} {s} rank {r}: {got} != {want[r]}"
+                # grads: full for DDP and ZeRO-1 (stage 1 does not shard them), sharded for FSDP
+                assert per_rank[r][s]["grads"] == (per_rank[r][s]["params"])
+
+
+def test_sharded_gradients_equal_one_process(two_ranks):
+    cfgs, runs = two_ranks
+    for cfg, per_rank in zip(cfgs, runs):
+        ref = _reference(cfg)
+        for s in D.STRATEGIES:
+            for r in range(2):
+                for a, b in zip(ref, per_rank[r][s]["full_grads"]):
+                    assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), f"{cfg} {s} rank {r}"
+
+
+def test_communication_volume(two_ranks):
+    cfgs, runs = two_ranks
+    for cfg, per_rank in zip(cfgs, runs):
+        psi = 4 * sum(math.prod(s) for s in D.param_shapes(cfg["sizes"]))
+        comm = {s: per_rank[0][s]["comm"] for s in D.STRATEGIES}
+        assert comm["ddp"] == {"all_reduce": psi}
+        assert comm["zero1"] == {"all_reduce": psi, "broadcast": psi}
+        assert comm["fsdp"]["reduce_scatter"] >= psi and comm["fsdp"]["all_gather"] >= psi
+
+
+def test_fsdp_timeline_gathers_then_frees(two_ranks):
+    """FSDP2 gathers a layer's full parameters for its forward and frees them with resize_(0)."""
+    cfgs, runs = two_ranks
+    r = runs[1][0]["fsdp"]
+    forward = [(b, op) for phase, b, op in r["timeline"] if phase == "forward"]
+    full_layer0 = 4 * math.prod(D.param_shapes(cfgs[1]["sizes"])[0])
+    assert max(b for b, _ in forward) >= forward[0][0] + full_layer0 // 2, "no gathered parameters seen"
+    assert any(op == "UntypedStorage.resize_" for _, op in forward), "FSDP2 no longer frees with resize_"
+
+
+@pytest.mark.slow
+def test_three_ranks_uneven_shards():
+    """3 ranks, a dim-0 of 2 (rank 2 holds no rows of it) and odd sizes."""
+    cfg = dict(sizes=[7, 2, 5], batch_sizes=[1, 2, 3], seed=1)
+    runs = D.launch(3, [cfg], strategies=("zero1", "fsdp"), timeout=240)[0]
+    shapes = D.param_shapes(cfg["sizes"])
+    for s in ("zero1", "fsdp"):
+        want = _expected(shapes, s, 3)
+        for r in range(3):
+            assert {k: runs[r][s][k] for k in ("params", "optimizer_state")} == want[r], (s, r)
+    for a, b in zip(_reference(cfg), runs[2]["fsdp"]["full_grads"]):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_failing_rank_raises_cleanly():
+    with pytest.raises(D.RankError, match="rank"):
+        D.launch(2, [dict(sizes=[4, -1], batch_sizes=[1, 1], seed=0)], timeout=120)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        D.launch(2, [dict(sizes=[4, 4], batch_sizes=[1], seed=0)])
+    with pytest.raises(ValueError):
+        D.launch(2, [dict(sizes=[4, 4], batch_sizes=[1, 1], seed=0)], strategies=("zero9",))
+
+
+def test_tp_activation_formula():
+    from memlab import formulas
+    s, b, h, a = 1024, 8, 768, 12
+    assert D.tp_activation_bytes(s, b, h, a) == pytest.approx(formulas.korthikanti_layer_bytes(s, b, h, a))
+    assert D.tp_activation_bytes(s, b, h, a, t=4, sequence_parallel=True) == pytest.approx(
+        formulas.korthikanti_layer_bytes(s, b, h, a) / 4)
