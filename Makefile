@@ -33,8 +33,10 @@ help:
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
 
+# -n auto: one pytest-xdist worker per core; tests sharing an nbgrader course stay on one worker
+# (tests/conftest.py). PYTEST_ARGS='-n 0' runs serially.
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 release: $(STAMP)
 	$(PY) -m memlab.grading.instructor release
@@ -67,4 +69,4 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 
 # The inner loop: everything but the real nbgrader runs, the browser and the GPU (< 90 s idle).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not gpu" --ignore=tests/notebooks/test_browser.py -q $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto -m "not slow and not gpu" --ignore=tests/notebooks/test_browser.py -q $(PYTEST_ARGS)

@@ -22,7 +22,28 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_SKIP_REASON = "needs a CUDA device: torch.cuda.is_available() is False"
 
 
+def _xdist_group(item) -> str | None:
+    """Slow tests that share an expensive module- or session-scoped fixture (a released course,
+    one assignment's autograded batch) run on one xdist worker: group = module + the values of
+    those fixtures' params (e.g. the pipeline module's ``graded`` per assignment)."""
+    if item.get_closest_marker("slow") is None or item.get_closest_marker("xdist_group"):
+        return None
+    key = [item.nodeid.split("::")[0]]
+    callspec = getattr(item, "callspec", None)
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name, value in (callspec.params.items() if callspec else ()):
+        fixturedefs = defs.get(name)
+        if fixturedefs and fixturedefs[-1].scope in ("module", "package", "session", "class"):
+            key.append(f"{name}={value}")
+    return "::".join(key)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
