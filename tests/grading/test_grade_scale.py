@@ -130,6 +130,11 @@ def test_absolute_zip_regrades_one_student(local):
     assert "NotImplementedError" in rows[("b", A)]["reason"]
     lines = (base / "report" / "ledger.jsonl").read_text().splitlines()
     assert len(lines) == 3, "a once, b twice: nothing graded that was not asked for"
+    import json
+
+    timings = [json.loads(x)["result"]["timings"] for x in lines]
+    assert all(t["kernels_warm"] == 1 and t["kernels_exec"] == 0 for t in timings), (
+        f"every kernel should be forked warm (no interpreter start): {timings}")
     fb = base / "course" / "autograder" / "work" / "feedback" / "a" / A / f"{A}.html"
     assert fb.is_file(), "the grader copies the job's feedback HTML into the course"
 

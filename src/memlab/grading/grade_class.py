@@ -730,6 +730,7 @@ class _WarmKernels:
     pipe for (argv, env, cwd) and then becomes the kernel (:func:`memlab.grading.kernel.main`)."""
 
     slots: list[tuple[int, int]] = []   # (pid, write end of its pipe)
+    launched = {"warm": 0, "exec": 0}   # kernels started each way (reported in the timings)
 
     @staticmethod
     def prefix() -> list[str]:
@@ -823,7 +824,9 @@ class WarmKernelManager(_AKM):
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         proc = _WarmKernels.take(kernel_cmd, kw.get("env"), kw.get("cwd"))
         if proc is None:
+            _WarmKernels.launched["exec"] += 1
             return await super()._async_launch_kernel(kernel_cmd, **kw)
+        _WarmKernels.launched["warm"] += 1
         prov = self.provisioner
         prov.process = proc
         prov.pid = proc.pid
@@ -878,6 +881,8 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
     timings = {"setup": round(time.monotonic() - t0, 2)}
     result = api.autograde(assignment, student, force=True, create=True)
     timings["autograde"] = round(time.monotonic() - t0 - timings["setup"], 2)
+    timings["kernels_warm"] = _WarmKernels.launched["warm"]
+    timings["kernels_exec"] = _WarmKernels.launched["exec"]
     if _db_tampered(before, _db_fingerprint(db_path)):
         reasons.append("learner code wrote to the grading worker's gradebook (discarded: only "
                        "the scores computed from the notebook's outputs reach the course gradebook)")
