@@ -846,16 +846,16 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
 
     warnings.filterwarnings("ignore", message=".*not in session.*")
     t0 = time.monotonic()
-    s, course = job["settings"], job["course"]
+    s, bundle = job["settings"], job["course"]
     student, assignment = job["student"], job["assignment"]
     root = jobdir / "course"
     (root / "autograder" / "work").mkdir(parents=True)
     config = root / "autograder" / "nbgrader_config.py"
-    config.write_text(course["config"])
-    (root / "autograder" / "work" / "gradebook.db").write_bytes(course["gradebook"])
-    _write_tree(root / "solutions" / assignment, course["data"])
+    config.write_text(bundle["config"])
+    (root / "autograder" / "work" / "gradebook.db").write_bytes(bundle["gradebook"])
+    _write_tree(root / "solutions" / assignment, bundle["data"])
     release_dir = jobdir / "release"
-    _write_tree(release_dir, course["release"])
+    _write_tree(release_dir, bundle["release"])
     jupyter = jobdir / "jupyter"
     kernel_name = _resolve(s["kernelspec"])(jupyter, s)
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(jupyter), *filter(None, [os.environ.get("JUPYTER_PATH")])])
