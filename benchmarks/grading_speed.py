@@ -145,7 +145,10 @@ def main() -> None:
             label += f" (job {mean_job:.1f} s: " + ", ".join(
                 f"{k} {sum(v) / len(v):.1f}" for k, v in parts.items()) + ")"
             print(f"{rate:6.1f} submissions/min, {report.seconds:7.1f} s for {n}: {label}"
-                  + (f"  ({len(bad)} not full marks: {bad[0]['reason'][:80]})" if bad else ""), flush=True)
+                  + (f"  ({len(bad)} not full marks)" if bad else ""), flush=True)
+            for r in bad:
+                why = [p for p in r["reason"].split("; ") if "edited: restored" not in p]
+                print(f"    {r['assignment']}: {r['score']:g}/{r['max_score']:g} {'; '.join(why)[:150]}")
             if label.startswith("2 local workers"):
                 for name in names:
                     secs = [r["seconds"] for r in report.results if r["assignment"] == name]

@@ -616,13 +616,26 @@ def _preload() -> None:
         import ipykernel.ipkernel  # noqa: F401
         import IPython  # noqa: F401
         import torch  # noqa: F401
+        # The first ml.measure_peak (a TorchDispatchMode) makes torch import ~800 modules
+        # (torch._dynamo, sympy, ...): 4-25 s in every notebook's first measuring cell, and a
+        # per-cell timeout there could leave torch half-imported. Imported here once instead.
+        import torch._dynamo  # noqa: F401
+        import torch.utils.checkpoint  # noqa: F401
         import memlab  # noqa: F401
         import memlab.grading  # noqa: F401  captures the originals before any learner code
         from . import kernel  # noqa: F401
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (not pyplot: the kernel picks its backend itself)
         import matplotlib_inline.backend_inline  # noqa: F401
     except Exception:
         pass
+    import importlib
+
+    for name in getattr(sys.modules.get("memlab"), "MODULES", {}).values():
+        if name.startswith(("measure.", "lessons.")):  # what the notebooks import
+            try:
+                importlib.import_module(f"memlab.{name}")
+            except Exception:
+                pass
 
 
 def _zygote_main() -> None:
