@@ -15,7 +15,8 @@ demo cells are left out, and answers no mutant touches stay unwritten, so their 
 ``NotImplementedError`` at once. The control is trimmed the same way and must get full marks;
 the full solution notebooks are graded by tests/test_nbgrader_pipeline.py.
 
-Workers: ``MEMLAB_MUTANT_WORKERS`` (default: one per core). The tests of one assignment share one
+Workers: ``MEMLAB_MUTANT_WORKERS`` (default: one per core); ``MEMLAB_MUTANTS=id1,id2`` grades only
+those mutants (and the control), for debugging. The tests of one assignment share one
 ``xdist_group`` (run with ``-n 2 --dist loadgroup`` the assignments grade in parallel, each
 once). The session prints ``mutation corpus: N mutants, M caught`` (tests/conftest.py).
 Marked ``slow``.
@@ -43,6 +44,8 @@ SOLUTIONS = ROOT / "solutions"
 CONTROL = "control"
 
 CORPUS = {a: mutants.load(a) for a in mutants.assignments()}
+# MEMLAB_MUTANTS=id1,id2: grade only these mutants (and the control), to debug a few quickly
+ONLY = {i for i in os.environ.get("MEMLAB_MUTANTS", "").split(",") if i}
 
 
 def student_of(mutant: mutants.Mutant) -> str:
@@ -92,6 +95,8 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
     for name, nb in sources.items():
         students[CONTROL][name] = mutants.submission(nb, release_nbs[name])
     for m in CORPUS[assignment]:
+        if ONLY and m.id not in ONLY:
+            continue
         hits = [name for name, nb in sources.items()
                 if any(_meta(c).get("grade_id") == m.cell for c in nb.cells)]
         assert len(hits) == 1, f"mutant {m.id}: answer cell {m.cell!r} is in {len(hits)} notebooks of {assignment}"
@@ -104,14 +109,25 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
         for name, nb in release_nbs.items():  # untouched notebooks of multi-notebook assignments
             nbformat.write(notebooks.get(name, nb), dest / name)
 
-    # ONE grading batch for the whole assignment
+    # ONE grading batch for the whole assignment (and one more, only for submissions whose
+    # kernel or worker died: on a machine short of memory that is the machine, not the mutant)
     workers = int(os.environ.get("MEMLAB_MUTANT_WORKERS", "0"))
     t0 = time.monotonic()
-    report = grade_class.grade_class(subs, config_path=config, out=base / "report",
-                                     settings=grade_class.GradeSettings(workers=workers), progress=False)
+    results = {r["student"]: r for r in grade_class.grade_class(
+        subs, config_path=config, out=base / "report", settings=grade_class.GradeSettings(workers=workers),
+        progress=False).results}
+    died = sorted(st for st, r in results.items() if r["status"] != "ok")
+    if died:
+        again = base / "regrade"
+        for st in died:
+            shutil.copytree(subs / st, again / st)
+        results.update({r["student"]: r for r in grade_class.grade_class(
+            again, config_path=config, out=base / "report-regrade",
+            settings=grade_class.GradeSettings(workers=workers), progress=False).results})
+        print(f"\n{assignment}: regraded {died} once (grading failed: "
+              f"{[results[st].get('reasons') for st in died]})")
     graded = Graded(assignment, time.monotonic() - t0)
-    for res in report.results:
-        student = res["student"]
+    for student, res in results.items():
         graded.status[student] = (res["status"], res.get("reasons", []))
         graded.job_seconds[student] = float(res.get("seconds", 0.0))
         graded.scores[student] = {gid: (float(v[0] or 0.0), float(v[1]))
@@ -164,6 +180,8 @@ def test_control_solution_gets_full_marks(corpus_grades, assignment):
 
 @pytest.mark.parametrize(("assignment", "mutant"), MUTANT_CASES)
 def test_mutant_is_caught(corpus_grades, assignment, mutant, record_property):
+    if ONLY and mutant.id not in ONLY:
+        pytest.skip(f"MEMLAB_MUTANTS={','.join(sorted(ONLY))} excludes {mutant.id}")
     graded = corpus_grades(assignment)
     student = student_of(mutant)
     scores, outputs = graded.scores.get(student, {}), graded.outputs.get(student, {})
