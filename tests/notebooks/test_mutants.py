@@ -15,7 +15,7 @@ demo cells are left out, and answers no mutant touches stay unwritten, so their 
 ``NotImplementedError`` at once. The control is trimmed the same way and must get full marks;
 the full solution notebooks are graded by tests/test_nbgrader_pipeline.py.
 
-Workers: ``MEMLAB_MUTANT_WORKERS`` (default: one per core); ``MEMLAB_MUTANTS=id1,id2`` grades only
+Workers: ``MEMLAB_MUTANT_WORKERS`` (default: the cores divided among pytest-xdist's workers); ``MEMLAB_MUTANTS=id1,id2`` grades only
 those mutants (and the control), for debugging. The tests of one assignment share one
 ``xdist_group`` (run with ``-n 2 --dist loadgroup`` the assignments grade in parallel, each
 once). The session prints ``mutation corpus: N mutants, M caught`` (tests/conftest.py).
@@ -111,7 +111,9 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
 
     # ONE grading batch for the whole assignment (and one more, only for submissions whose
     # kernel or worker died: on a machine short of memory that is the machine, not the mutant)
-    workers = int(os.environ.get("MEMLAB_MUTANT_WORKERS", "0"))
+    # default: the cores shared among pytest-xdist's workers (each may grade another assignment)
+    workers = int(os.environ.get("MEMLAB_MUTANT_WORKERS", "0")) or max(
+        1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     t0 = time.monotonic()
     results = {r["student"]: r for r in grade_class.grade_class(
         subs, config_path=config, out=base / "report", settings=grade_class.GradeSettings(workers=workers),
