@@ -26,6 +26,8 @@ This module is the facade learners use:
 - plotting:   :func:`plot_timeline`
 - modules:    ``ml.formulas``, ``ml.models``, ``ml.checkpointing``, ``ml.amp``, ``ml.rubric``,
               ... (loaded on first use, so ``import memlab`` stays fast for the autograder)
+- notebooks:  :class:`visible_test` (a visible test cell with nbgrader's verdict: stderr or a
+              warning fails it), :class:`waiting_for` (a demo cell waits for an exercise)
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from .measure.plots import plot_timeline
 from .measure.tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint,
                               measure_peak, storage_bytes)
 from .measure.units import GB, GiB, KiB, MiB, fmt_bytes
+from .measure.visible import visible_test, waiting_for
 
 __version__ = "0.1.0"
 
@@ -54,6 +57,7 @@ __all__ = [
     "CUDA_ROUNDING", "SavedActivations", "StepReport", "grad_bytes", "optimizer_state_bytes",
     "param_bytes", "saved_activation_bytes", "training_step_breakdown", "memory_budget",
     "estimate_training_step", "plot_timeline", "formulas", "models",
+    "visible_test", "waiting_for",
 ]
 
 # The short names notebooks use (``ml.amp``, ``import memlab.tracker``, ...) -> where each
@@ -63,10 +67,12 @@ MODULES = {
     "device": "measure.device", "units": "measure.units", "tracker": "measure.tracker",
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
-    "models": "measure.models", "formulas": "measure.formulas",
+    "visible": "measure.visible",
+    "formulas": "measure.formulas", "models": "measure.models",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",
+    "levers": "lessons.levers", "serving": "lessons.serving",
     "rubric": "grading.rubric", "rubric_bank": "grading.rubric_bank",
     "interview": "grading.interview", "grade_class": "grading.grade_class",
     "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
