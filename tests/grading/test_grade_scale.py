@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import make_course
+from course_support import make_course
 from memlab.grading.grade_class import (GradeSettings, grade_class, grade_job, make_job,
                                         validate_result, _read_tree)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import make_course
+from course_support import make_course
 from memlab.grading import course as instructor
 from memlab.grading.grade_class import GradeSettings, grade_class
 

@@ -81,7 +81,7 @@ def _output_text(cell) -> str:
 
 
 def _grade_assignment(assignment: str, base: Path) -> Graded:
-    from conftest import make_course  # tests/conftest.py
+    from course_support import make_course  # tests/conftest.py
     from memlab.grading import grade_class
 
     api = make_course(base / "course", [assignment])  # this assignment's solutions + config, released
