@@ -4,7 +4,7 @@ Used by: the written questions of 02 (``checkpointing_cost``), 03 (``fp16_loss_s
 04 (``accumulation_equivalence``), 05 (``oom_before_batch``), 06 (``sharding_when_why``)
 and 07 (interview prep: all seven rubrics; ``activations_scaling``,
 ``allocated_vs_reserved`` and ``sharding_when_why`` were written for it), and the self-study
-reveal of :mod:`memlab.grading.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
+reveal of :mod:`memlab.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
 an attempt; the text is public in this file anyway).
 
 Patterns are matched against normalised text (see :func:`memlab.grading.rubric.normalize`):
@@ -12,7 +12,7 @@ lowercase, contractions expanded ("does not"), hyphens as spaces, ``fp16``/``bf1
 ``fp32`` spelled one way, and ``,`` / ``.`` as separate tokens. ``G(n)`` allows up to n
 words in between, inside one clause and never over a negation. Each pattern is a vetted
 phrasing; when an instructor finds a correct answer that a rubric missed, add the
-phrasing here together with that answer as a labelled case in tests/grading/test_rubric.py.
+phrasing here together with that answer as a labelled case in tests/grading/data/answers.jsonl.
 
 Sources for the facts: the course brief; REFERENCE.md (Chen et al. 2016 for
 checkpointing, Korthikanti et al. 2022 for the recompute cost, Micikevicius et al. 2018
@@ -22,7 +22,7 @@ allocated vs reserved, Rajbhandari et al. 2020 (ZeRO) for sharding).
 """
 from __future__ import annotations
 
-from .rubric import Concept, Misconception, Rubric, gap
+from .concepts import Concept, Misconception, Rubric, gap
 
 G = gap
 _SHRINK = r"(?:reduc|lower|decreas|shrink|cut|halv|drop|smaller)\w*"
@@ -157,6 +157,14 @@ OOM_BEFORE_BATCH = Rubric(
     topic=(r"memory", r"batch\w*", r"precision", r"checkpoint\w*", r"accumulat\w*", r"gradients?",
            r"activations?", r"gpu", r"oom|out of memory"),
     full_credit_at=0.75,
+    course_text=(
+        'Recap (05): an out-of-memory error is a message to read before it is a problem to fix. The levers differ in what they cost: precision costs little, recomputation costs time, accumulation costs steps, a smaller batch changes the training itself.',
+        'Read the error: the breakdown printed at the failure says which consumer dominates.',
+        'Mixed precision (bf16 autocast; notebook 03): activations in 2 bytes instead of 4.',
+        'Activation checkpointing (notebook 02), only where memory binds: it costs a recomputation in every backward.',
+        'Gradient accumulation (notebook 04): smaller micro-batches, the same effective batch.',
+        'A smaller optimizer state, where the recipe allows it; a smaller batch only as the last resort, because it changes the training itself.',
+    ),
     model_answer=(
         "First bf16 (or fp16 with a GradScaler) mixed precision: activations and gradients "
         "take 2 bytes instead of 4, roughly halving that memory. Then gradient checkpointing: "
@@ -201,6 +209,9 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:stores?|keeps?|saves?|remembers?) {G(2)}(?:inputs?|boundar\w*) (?:of|to|"
             rf"at) {G(2)}(?:segment|block|layer|checkpoint)\w*",
             rf"(?:stor|sav|keep)\w* (?:fewer|less|not all|only some|only a few) {G(1)}{_ACTS}",
+            r"(?:not|never|no longer|without|instead of) {G(1)}(?:stor|keep|sav|hold|cach|retain)\w* "
+            r"(?:on to |onto )?(?:what|everything|all|most|each|every)",
+            rf"only {G(2)}inputs? (?:of|to) (?:each|every|the) {G(1)}(?:segment|block|layer|checkpoint|fn)\w*",
             rf"(?:fewer|less|not all|not every) {G(1)}{_ACTS} {G(3)}(?:stored|kept|saved|in memory|"
             r"held)",
         ), 1.0, "say what is saved: most activations are dropped, only segment inputs are kept"),
@@ -235,6 +246,8 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:cost|costs|pay|pays|paying|price|expense|trad\w*) {G(3)}(?:compute|computation|"
             r"time|speed|flops|recomputation|cycles)",
             rf"(?:compute|computation|time|speed|flops) for {G(1)}memory", r"trade ?offs?",
+            r"times (?:the|as much) (?:work|compute|computation|time|flops)",
+            r"(?:more|extra|additional) work",
             rf"(?:increas|rais|add)\w* {G(3)}(?:training time|compute|computation|run ?time|"
             r"step time|time)",
         ), 1.0, "say what it costs: extra computation, so each step takes longer"),
@@ -249,6 +262,11 @@ CHECKPOINTING_COST = Rubric(
             rf"appropriate|justified|sensible) {G(4)}(?:when|if|where|once) {G(4)}(?:memory|oom|"
             r"out of memory|vram)",
             r"binding constraint",
+            rf"(?:only|just) (?:when|if|where) {G(4)}(?:does not|do not|would not|will not|can not|"
+            r"did not|otherwise does not) fit",
+            rf"(?:when|if|once) {G(4)}(?:does not|do not|would not|will not|can not) fit",
+            r"(?:not|never) by default|(?:turn|switch)\w* it on only|only (?:turn|switch|enabl)\w*",
+            rf"(?:run|runs|running|ran) out of {G(1)}memory",
             rf"memory {G(2)}(?:is|becomes|being) {G(2)}(?:bottleneck|binding|limiting|constraint|"
             r"limit|problem|issue)",
             r"(?:memory|vram) ?(?:bound|limited|constrained)",
@@ -264,6 +282,14 @@ CHECKPOINTING_COST = Rubric(
         ), 1.0, "say when it is worth it: only when memory, not compute, is the binding constraint"),
     ),
     misconceptions=(
+        Misconception("says activations are written to disk, offloaded or compressed", (
+            r"disk|disks|ssd|hard drive|nvme|(?:cpu|host) (?:ram|memory)|offload\w*|"
+            r"swap\w* (?:to|out)|page\w* out|i/o",
+            rf"(?:compress|quantiz|encod)\w* {G(3)}(?:activations?|tensors?|them)",
+            rf"(?:activations?|tensors?) {G(3)}(?:in|to|as) (?:fp16|half precision|8 bits?|int8|"
+            r"lower precision)",
+        ), 0.5, "nothing leaves the GPU and nothing is compressed: the activations are dropped "
+                "and recomputed", fatal=True),
         Misconception("checkpointing is free", (
             rf"(?:is|are|be|comes) {G(2)}free\b(?! (?:up|memory|for|to))",
             r"free (?:optimi[sz]ation|lunch)",
@@ -272,7 +298,7 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:does|do|will) not {G(1)}(?:slow|cost|increase|add|hurt) {G(3)}(?:training|time|"
             r"speed|compute|anything|performance|runtime|throughput)",
         ), 0.35, "it is not free: the dropped activations are recomputed, about one extra "
-                 "forward pass"),
+                 "forward pass", fatal=True),
         Misconception("says it reduces parameter memory", (
             rf"(?:reduc|lower|shrink|cut|compress|decreas|halv)\w* {G(4)}(?:parameters?|weights|"
             r"model size|model parameters|weight memory|parameter memory)",
@@ -281,7 +307,7 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:parameters?|weights) {G(3)}(?:are|is|get) {G(1)}(?:recomputed|discarded|"
             r"not stored|dropped|freed|offloaded|compressed)",
             rf"(?:recomput|discard|drop)\w* {G(2)}(?:parameters|weights)",
-        ), 0.3, "parameters stay in memory: checkpointing only drops activations"),
+        ), 0.35, "parameters stay in memory: checkpointing only drops activations", fatal=True),
         Misconception("says it reduces gradient memory", (
             rf"(?:reduc|lower|shrink|cut|compress|decreas|halv|discard)\w* {G(2)}(?:memory (?:of|"
             r"for|used by) )?(?:the )?gradients?\b(?! checkpoint)",
@@ -298,6 +324,10 @@ CHECKPOINTING_COST = Rubric(
     ),
     topic=(r"activations?", r"memory", r"re ?comput\w*", r"forward", r"backward", r"time",
            r"compute|computation", r"stor\w*", r"checkpoint\w*"),
+    course_text=(
+        "Recap (02): torch.utils.checkpoint.checkpoint(fn, x, use_reentrant=False) keeps only the inputs of fn and recomputes the rest during backward. Chen et al. 2016: n equal layers in k segments peak at about (n/k + k) layers' worth of activations. Korthikanti et al. 2022, table 4: full recomputation added 39% to a layer's time.",
+        'checkpoint only when the step does not fit (or to reach a batch or sequence length you need); checkpoint as few layers as makes it fit, selectively first (section 6); never by default.',
+    ),
     model_answer=(
         "Backward needs the activations of the forward pass. Checkpointing keeps only the "
         "inputs of each segment and drops the activations inside it, which saves the memory. "
@@ -350,6 +380,8 @@ FP16_LOSS_SCALING = Rubric(
             r"representable|zone|region)",
             rf"(?:gradients?|grads|values) {G(3)}(?:bigger|larger|big enough|large enough)",
             rf"(?:bigger|larger) {G(2)}(?:gradients?|grads)",
+            r"(?:makes?|making|made|get|gets) (?:them|gradients?|grads|it|values|the gradients) "
+            r"(?:bigger|larger|big enough|large enough)",
         ), 1.0, "say how scaling helps: the loss is multiplied by a large factor, so every "
                 "gradient is shifted into fp16's range"),
         Concept("gradients are unscaled before the optimizer step", (
@@ -420,6 +452,10 @@ FP16_LOSS_SCALING = Rubric(
     ),
     topic=(r"fp16", r"bf16", r"range", r"exponent\w*", r"gradients?", r"underflow\w*", r"scal\w*",
            r"precision", r"mantissa"),
+    course_text=(
+        'Recap (03): fp16 has a largest value of 65504, smallest normal 2⁻¹⁴ ≈ 6.10e-5 and smallest subnormal 2⁻²⁴ ≈ 5.96e-8 (Micikevicius et al. 2018). torch.amp.GradScaler("cuda") scales the loss, unscales before the step, skips steps with inf/NaN and adapts the scale.',
+        'Training in 16-bit floats halves what you store per number. But it is not simply "use half the bytes": fp16 cannot hold the tiny gradients of a real network, bf16 cannot hold small weight updates, and PyTorch\'s automatic mixed precision (AMP) keeps some things in fp32 on purpose.',
+    ),
     model_answer=(
         "fp16 has only 5 exponent bits, so its range is narrow: values below about 6e-8 "
         "(2^-24) underflow to zero, and many gradients are that small. Loss scaling "
@@ -441,7 +477,9 @@ ACCUMULATION_EQUIVALENCE = Rubric(
               "full-batch gradient, and when are they not?"),
     concepts=(
         Concept("the gradient is linear: the gradient of a sum/mean is the sum/mean of gradients", (
-            r"linear\w*",
+            r"linearity|linearly|linear (?:in|operator|operation|map|function)",
+            rf"(?:gradients?|derivatives?|differentiation|grads?|backward|backprop\w*|operator|"
+            rf"it|loss) {G(3)}(?:is|are|being) {G(2)}linear",
             rf"(?:gradient|derivative|grad)s? {G(3)}(?:of|for) {G(2)}(?:sum|average|"
             rf"mean) {G(3)}(?:is|equals|are|=) {G(3)}(?:sum|average|mean)",
             rf"(?:sum|average|mean) of {G(3)}(?:per sample|per example|per token|individual|each|"
@@ -453,6 +491,8 @@ ACCUMULATION_EQUIVALENCE = Rubric(
                 "of their gradients"),
         Concept("backward adds into .grad across micro-batches", (
             r"[a-z_]*\.grad",
+            rf"(?:sum\w*|add\w*|accumulat\w*) {G(2)}(?:the )?(?:gradients?|grads) (?:of|from|over|"
+            rf"across) {G(2)}(?:k |all |each |every |the )?(?:micro ?batch\w*|batches|chunks|pieces)",
             r"(?:backward|backprop\w*|autograd|pytorch|torch|gradients?|"
             rf"grads) {G(3)}(?:accumulat\w*|adds?|added|sums?|summed|add up|adds up) {G(3)}(?:in|"
             r"into|onto|to|across|over|between)",
@@ -528,6 +568,11 @@ ACCUMULATION_EQUIVALENCE = Rubric(
     ),
     topic=(r"gradients?", r"batch\w*", r"micro", r"loss", r"accumulat\w*", r"sum\w*", r"equal",
            r"norm\w*", r"zero_?grad"),
+    course_text=(
+        'Recap (04): k micro-batches, each loss divided by k, backward() after each (gradients add up in .grad), one optimizer.step() and zero_grad() per k. Pitfalls seen in the wild: transformers#24725 (loss normalisation with unequal token counts), pytorch#46516 (BatchNorm).',
+        "runs the batch as k micro-batches, one forward and one backward each, lets backward() add the gradients up in p.grad, and steps the optimizer once. Done right, the gradient is the full batch's gradient, up to float rounding, while the activations in memory are those of one micro-batch.",
+        "Dividing each micro-batch's loss by k is exact only when all micro-batches hold the same number of items (or tokens).",
+    ),
     model_answer=(
         "The full-batch loss is a mean over samples, and the gradient of a sum is the sum of "
         "the gradients. Each backward adds into .grad instead of overwriting it, so if every "
@@ -568,6 +613,8 @@ ACTIVATIONS_SCALING = Rubric(
             rf"(?:linear\w*|proportional\w*|scales?|scaling|grows?|growing|increases?|rises?) "
             rf"{G(3)}(?:with|in|to) {G(2)}(?:the )?{_BATCH}",
             rf"{_BATCH} {G(6)}(?:doubles?|linear\w*|proportional\w*|twice|2x)",
+            rf"(?:bigger|larger|more|grow\w*|increas\w*) {G(2)}(?:with|as) {G(2)}(?:more )?{_BATCH}",
+            rf"more {_BATCH} {G(2)}(?:means?|gives?|needs?|uses?) {G(1)}more",
             rf"(?:double|doubling|doubles) {G(2)}{_BATCH}",
             r"(?:per|each|every|for every|for each) (?:sample|example|input|sequence|item|image)",
             rf"(?:b|batch|batch size) ?(?:\*|x|×|times) ?(?:the )?(?:s|t|seq\w*|sequence|l|h|"
@@ -611,19 +658,29 @@ ACTIVATIONS_SCALING = Rubric(
     ),
     misconceptions=(
         Misconception("says parameters, gradients or optimizer state grow with the batch", (
-            r"(?:parameters?|weights|gradients?|grads|optimi[sz]er states?|adam states?) "
-            rf"{G(3)}(?:grow|grows|scale|scales|increase|increases|double|doubles) "
+            r"(?<!for )(?:parameters?|weights|gradients?|grads|optimi[sz]er states?|adam states?) "
+            rf"(?:, )?{G(3)}(?:grow|grows|scale|scales|increase|increases|double|doubles) "
             rf"{G(3)}(?:with|when|as) {G(3)}{_BATCH}",
             rf"(?:doubl|increas|rais)\w* {G(2)}{_BATCH} {G(3)}(?:doubles|increases) {G(2)}"
             r"(?:the )?(?:parameters?|weights|gradients?|grads|optimi[sz]er)",
         ), 0.35, "weights, gradients and optimizer state have one value per parameter, whatever "
                  "the batch; only activations grow with it"),
+        Misconception("says activations are not kept for backward, or leave the GPU", (
+            r"disk|disks|ssd|hard drive|(?:cpu|host) (?:ram|memory)|offload\w*",
+            rf"(?:only|just) {G(1)}(?:needed|used|required) (?:in|for|during) {G(1)}forward",
+            rf"(?:freed|released|discarded|deleted|dropped) {G(3)}(?:right |immediately |straight )?"
+            r"after (?:each|every|the) (?:layer|forward|operation|op)",
+        ), 0.5, "autograd keeps each layer's activations from the forward pass until backward has "
+                "used them", fatal=True),
         Misconception("says activations do not depend on the batch", (
+            rf"activations? {G(3)}(?:is|are|stays?|remains?) (?:constant|fixed|the same) (?:in|with|"
+            r"across|for|regardless|whatever|no matter)",
+            rf"(?:activation|activations) memory {G(2)}(?:is|stays|remains) (?:constant|fixed)",
             rf"activations? {G(4)}(?:independent of|(?:do|does) not depend on|not affected by) "
             rf"{G(2)}{_BATCH}",
             rf"activations? {G(3)}(?:are|is) (?:a )?(?:fixed|constant) (?:size|amount|cost)",
             rf"activations? {G(4)}same size as {G(2)}(?:the )?(?:parameters?|weights)",
-        ), 0.35, "activations are stored per sample: they grow linearly with the batch"),
+        ), 0.35, "activations are stored per sample: they grow linearly with the batch", fatal=True),
         Misconception("says activations grow quadratically with the batch", (
             rf"quadratic\w* {G(3)}(?:in|with) {G(2)}{_BATCH}",
             rf"{_BATCH} {G(3)}(?:squared|quadratic\w*)",
@@ -632,6 +689,10 @@ ACTIVATIONS_SCALING = Rubric(
     ),
     topic=(r"activations?", r"batch\w*", r"layers?|depth", r"parameters?|weights", r"memory",
            r"forward|backward", r"linear\w*|scal\w*", r"gradients?"),
+    course_text=(
+        'Recap (01, 02): per transformer layer with 16-bit activations, eager attention and dropout, Korthikanti et al. 2022 count sbh(34 + 5as/h) bytes: s = sequence length, b = micro-batch, h = hidden size, a = attention heads. Fused attention kernels drop the 5as²b term.',
+        'Recap (00, 01): training memory has four consumers: parameters, gradients, optimizer state and activations. An element takes 4 bytes in fp32 and 2 in fp16/bf16. Adam keeps two running moments per parameter (exp_avg, exp_avg_sq).',
+    ),
     model_answer=(
         "Backward needs the activations, so every layer's outputs are saved in the forward pass "
         "for the backward pass. That memory is per sample: it grows linearly with batch size "
@@ -659,11 +720,17 @@ ALLOCATED_VS_RESERVED = Rubric(
             r"(?:live|existing|alive|active|current) tensors?",
             rf"tensors? {G(3)}(?:that are |which are )?(?:alive|live|in use|still referenced|"
             r"currently used|that exist)",
+            rf"tensors? {G(4)}(?:still|currently|actually) (?:exist\w*|alive|live|referenced|"
+            r"reference\w*|in use|used|held|hold)",
             rf"{_ALLOC} {G(3)}(?:= ?|is |means |counts |only counts )?{G(1)}tensors?",
             rf"{_ALLOC} {G(4)}(?:actually|really) (?:used|uses|in use|holds?)",
         ), 1.0, "say what memory_allocated counts: the bytes of tensors that are alive now"),
         Concept("the caching allocator keeps freed blocks for reuse", (
             r"cach\w* allocator|allocator cache|caching",
+            rf"(?:go|goes|went|returned|given|handed|back) {G(3)}(?:cache|pool)",
+            rf"(?:not|never|instead of|rather than) {G(2)}(?:returned |given back |handed back |back )?"
+            r"(?:to|into) (?:the )?(?:driver|gpu|os|cuda)",
+            r"(?:the|a|its|pytorch) cache",
             rf"(?:keep|keeps|kept|hold|holds|held|retain\w*|cach\w*) {G(4)}(?:freed|free|unused|"
             rf"released|deleted|empty) {G(2)}(?:blocks?|memory|segments?|chunks?|space)",
             rf"(?:freed|free|unused|released) (?:blocks?|memory|segments?) {G(4)}(?:kept|held|cached|"
@@ -707,10 +774,11 @@ ALLOCATED_VS_RESERVED = Rubric(
     ),
     misconceptions=(
         Misconception("calls the gap a memory leak", (
+            rf"(?:allocator|pytorch|cache|caching|memory|tensors?|it|context) {G(2)}leak(?:s|ing|ed)?\b",
             rf"(?:is|it is|this is|that is|must be|indicates?|means?|sign of|due to|caused by|"
             rf"because of) {G(2)}(?:a )?(?:memory )?leak\w*",
             rf"(?:tensors?|memory) {G(3)}(?:are|is) never (?:freed|released)",
-        ), 0.35, "a large, stable reserved pool is the allocator's cache, not a leak"),
+        ), 0.35, "a large, stable reserved pool is the allocator's cache, not a leak", fatal=True),
         Misconception("says empty_cache frees tensors or lowers memory_allocated", (
             rf"empty_cache {G(5)}(?:frees?|releases?|deletes?|clears?|reduces?|lowers?|removes?) "
             rf"{G(3)}(?:tensors?|{_ALLOC}|live)",
@@ -721,6 +789,9 @@ ALLOCATED_VS_RESERVED = Rubric(
     topic=(r"memory", r"allocat\w*", r"reserved", r"nvidia smi", r"cach\w*", r"tensors?",
            r"gpu", r"leak\w*", r"driver|context"),
     full_credit_at=0.75,
+    course_text=(
+        "Recap (00, 05): torch.cuda.memory_allocated() counts live tensors, torch.cuda.memory_reserved() what PyTorch's caching allocator holds from the driver, and nvidia-smi what the process holds. The allocator rounds every request up to a multiple of 512 bytes (c10/cuda/CUDACachingAllocator.cpp).",
+    ),
     model_answer=(
         "memory_allocated() counts only the bytes of live tensors. PyTorch's caching allocator "
         "does not return freed blocks to the driver: it keeps them reserved for reuse, so "
@@ -828,6 +899,9 @@ SHARDING_WHEN_WHY = Rubric(
     ),
     topic=(r"gpus?", r"shard\w*", r"parallel\w*", r"memory", r"parameters?|weights",
            r"optimi[sz]er", r"gradients?", r"zero|fsdp", r"model"),
+    course_text=(
+        'Recap (06): with mixed-precision Adam, P parameters, N_d data-parallel GPUs and K = 12 bytes of optimizer state per parameter, ZeRO keeps per GPU: stage 1 4P + KP/N_d, stage 2 2P + (2+K)P/N_d, stage 3 (4+K)P/N_d bytes (Rajbhandari et al. 2020).',
+    ),
     model_answer=(
         "Single-GPU tricks such as mixed precision, checkpointing and accumulation mostly cut "
         "activations, while parameters, gradients and optimizer state stay: 16 bytes per "
