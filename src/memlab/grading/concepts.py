@@ -188,7 +188,8 @@ def _denied(text: str, start: int) -> bool:
         if w == "." or (w in _CLAUSE_WORDS and not (w == "so" and words[i + 1:i + 2] == ["that"])):
             break
         if w == ",":
-            if subject or seen > 3:   # a clause of its own, not the next item of a list
+            first = text[start:].split(" ", 1)[0]
+            if subject or seen > 3 or first in _SUBJECTS:  # a clause of its own, not a list item
                 break
             crossed = True
             continue

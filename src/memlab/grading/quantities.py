@@ -42,6 +42,15 @@ _add_units("bytes", KiB, "kib", "kibibyte", "kibibytes")
 _add_units("bytes", MiB, "mib", "mebibyte", "mebibytes")
 _add_units("bytes", GiB, "gib", "gibibyte", "gibibytes")
 _add_units("bytes", TiB, "tib", "tebibyte", "tebibytes")
+# bits, as written with an upper-case prefix and a lower-case b ("1552 Mb", "8 Gbit"):
+# read as bytes / 8 and named in the feedback (see _bits_marked)
+_add_units("bytes", 1 / 8, "bit", "bits")
+_add_units("bytes", 10**3 / 8, "kbit", "kbits", "kilobit", "kilobits")
+_add_units("bytes", 10**6 / 8, "mbit", "mbits", "megabit", "megabits")
+_add_units("bytes", GB / 8, "gbit", "gbits", "gigabit", "gigabits")
+_add_units("bytes", TB / 8, "tbit", "tbits", "terabit", "terabits")
+_add_units("bytes", MiB / 8, "mibit", "mibits")
+_add_units("bytes", GiB / 8, "gibit", "gibits")
 _add_units("seconds", 1, "s", "sec", "secs", "second", "seconds")
 _add_units("seconds", 1e-3, "ms", "msec", "millisecond", "milliseconds")
 _add_units("seconds", 1e-6, "us", "microsecond", "microseconds")
@@ -55,6 +64,7 @@ _AMBIGUOUS_BYTES = {"k": 10**3, "m": 10**6, "g": GB, "t": TB}
 _COUNT_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "bn": 1e9, "t": 1e12}
 _BYTE_UNITS_SHOWN = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
 _DISPLAY = {name.lower(): name for name in _BYTE_UNITS_SHOWN}
+_DISPLAY.update(kbit="Kb", mbit="Mb", gbit="Gb", tbit="Tb", mibit="Mib", gibit="Gib")
 _SCALE_WORDS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12}
 
 _QTY = re.compile(
@@ -90,8 +100,16 @@ class _Quantity:
     ambiguous: bool   # a bare prefix such as "28G", read as decimal
 
 
+_BITS_WRITTEN = re.compile(r"(?<=[\d\s])([KMGT])(i?)b(?:its?)?\b")   # Mb, Gib, Kbit: bits
+
+
+def _bits_marked(text: str) -> str:
+    """"1552 Mb" -> "1552 mbit": the case that tells bits from bytes is read before lowering."""
+    return _BITS_WRITTEN.sub(lambda m: f"{m[1].lower()}{m[2]}bit", text)
+
+
 def _read_quantities(text: str, family: str, unit_size: float) -> tuple[list[_Quantity], str]:
-    s = _unit_key(text)
+    s = _unit_key(_bits_marked(text))
     s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s)       # 28,000,000 -> 28000000
     s = re.sub(r"(?<=\d),(?=\d)", ".", s)                 # 26,1 -> 26.1 (decimal comma)
     s = _APPROX.sub(" ", s)
@@ -153,6 +171,9 @@ def _parse(answer: object, family: str, unit_size: float) -> tuple[float | None,
         return None, "no answer given", None
     if len(text) > 200:
         return None, "the answer is too long: give one value with its unit, e.g. '28 GB'", None
+    # shown working: "1.3B x 16 B = 20.8 GB" is answered by the value after the last "="
+    if "=" in text and re.search(r"\d", text.rsplit("=", 1)[1]):
+        text = text.rsplit("=", 1)[1]
     quantities, error = _read_quantities(text, family, unit_size)
     if error:
         return None, error, None
@@ -182,15 +203,24 @@ def grade_numeric(
     partial_tol: float = 0.20,
     partial_score: float = 0.5,
     abs_tol: float = 0.0,
+    plain_in_unit: bool = False,
 ) -> Result:
     """Grade a numeric estimate: full credit within ``full_tol`` relative error, then
     ``partial_score`` within ``partial_tol``, else 0.
 
     ``expected`` is in ``unit`` (one of B/KB/MB/GB/TB, KiB/MiB/GiB/TiB, s/ms/us/min/h,
-    %, x, params or "" for a plain count). A plain-number answer is read in ``unit``;
-    an answer with a unit of the same kind is converted (GiB -> GB). ``abs_tol`` adds an
-    absolute tolerance, in ``unit`` (useful when ``expected`` is 0). Used by the
-    estimation exercises in 01 and 02.
+    %, x, params or "" for a plain count). An answer with a unit of the same kind is
+    converted (GiB -> GB). ``abs_tol`` adds an absolute tolerance, in ``unit`` (useful
+    when ``expected`` is 0). Used by the numeric questions of 07 (:mod:`.interview`).
+
+    - A unit mix-up scores 0, whatever the tolerance, with a message that names it: a
+      value off by exactly the decimal/binary factor (1.024 ... 1.0995, within 1%) or by
+      8 (bits for bytes). ``Mb``/``Gb``/``Gbit`` are bits: "1552 Mb" is 194 MB.
+    - A plain number (``0.4`` or ``"0.4"``) is read in ``unit``. Unless the question says
+      so (``plain_in_unit=True``: "answer in ms"), a plain number that is not right is
+      flagged for review, and the feedback says which unit would make it right.
+    - Shown working is fine: in ``"1.3B x 16 B = 20.8 GB"`` the value after the last
+      ``=`` is the answer.
     """
     family, unit_size = _declared(unit)
     for name, tol in (("full_tol", full_tol), ("partial_tol", partial_tol)):
@@ -222,17 +252,29 @@ def grade_numeric(
     details.update(value=value, rel_error=rel)
     written = _DISPLAY.get(quantity.unit, quantity.unit)
     shown = written and f" (read from {_fmt(value * unit_size / quantity.size, written)})"
-    verdict = {1.0: "full credit", 0.0: "no credit"}.get(score, f"{score:g} credit")
-    lines = [
-        f"expected {_fmt(expected, unit)}; you gave {_fmt(value, unit)}{shown or ''}: "
-        f"{_off(rel)} -> {verdict} (full within {full_tol:.0%}, partial within "
-        f"{partial_tol:.0%})"
-    ]
+    lines: list[str] = []
     reasons: list[str] = []
     if family == "bytes" and score < 1.0:
-        hint, reason = _byte_unit_hint(quantity, value, unit, unit_size, band)
-        lines += [hint] if hint else []
-        reasons += [reason] if reason else []
+        mixup = _unit_mixup(quantity, value, expected, unit_size, band)
+        if mixup:
+            score = 0.0
+            lines.append(mixup)
+            details["unit_mixup"] = True
+    if score < 1.0 and not quantity.unit:
+        hint = _plain_hint(value, family, unit, unit_size, band)
+        if hint:
+            lines.append(hint)
+            reasons.append(f"a plain number that is right if read in another unit than {unit}")
+        elif not plain_in_unit:
+            lines.append(f"a plain number is read in {unit}: write the unit with it")
+            reasons.append(f"a plain number without a unit, read in {unit}")
+    if quantity.unit.endswith(("bit", "bits")):
+        lines.append(f"'{written}' is read as bits (8 bits = 1 byte): write B, MB, GB, MiB or "
+                     "GiB for bytes")
+    verdict = {1.0: "full credit", 0.0: "no credit"}.get(score, f"{score:g} credit")
+    lines.insert(0, f"expected {_fmt(expected, unit)}; you gave {_fmt(value, unit)}{shown or ''}: "
+                    f"{_off(rel)} -> {verdict} (full within {full_tol:.0%}, partial within "
+                    f"{partial_tol:.0%})")
     if quantity.ambiguous:
         alt_size = {"k": KiB, "m": MiB, "g": GiB, "t": TiB}[quantity.unit]
         alt_score, _ = band(value * alt_size / quantity.size)
@@ -243,24 +285,47 @@ def grade_numeric(
     return _flagged(score, lines, reasons, kind="numeric", details=details)
 
 
+def _level(size: float) -> int:
+    """1 for KB/KiB (and kilobits), 2 for MB/MiB, 3 for GB/GiB, 4 for TB/TiB, else 0."""
+    for n in range(1, 5):
+        if any(math.isclose(size, base**n / d) for base in (1000, 1024) for d in (1, 8)):
+            return n
+    return 0
+
+
+def _unit_mixup(q: _Quantity, value: float, expected: float, unit_size: float, band) -> str:
+    """A message naming the unit mix-up, else '': bits given for bytes, or a value off from
+    ``expected`` by exactly the decimal/binary factor of the units involved (within 1%)."""
+    if expected == 0 or value == 0:
+        return ""
+    if q.unit.endswith(("bit", "bits")) and band(value * 8)[0] == 1.0:
+        return ("your number is right in bytes, not bits: a bits vs bytes mix-up (Mb, Gb are "
+                "bits; MB, GB, MiB, GiB are bytes): no credit")
+    ratio = value / expected
+    for n in sorted({_level(unit_size), _level(q.size) if q.unit else 0} - {0}):
+        factor = 1.024**n
+        prefix = " KMGT"[n]
+        for r, direction in ((factor, "too large"), (1 / factor, "too small")):
+            if math.isclose(ratio, r, rel_tol=0.01):
+                return (f"your value is {direction} by {factor:.4g}, the factor between "
+                        f"{prefix}B and {prefix}iB: a {prefix}B vs {prefix}iB mix-up "
+                        f"(1 {prefix}B = 1000^{n} bytes, 1 {prefix}iB = 1024^{n} bytes): no credit")
+    return ""
+
+
+def _plain_hint(value: float, family: str, unit: str, unit_size: float, band) -> str:
+    """For a plain number: the other unit of the same kind in which it would be right."""
+    names = {"bytes": _BYTE_UNITS_SHOWN, "seconds": ("s", "ms", "us", "min", "h")}.get(family, ())
+    for name in names:
+        if name.lower() == _unit_key(unit):
+            continue
+        if band(value * _UNITS[name.lower()][1] / unit_size)[0] == 1.0:
+            return (f"a plain number is read in {unit}; your number is right if read in "
+                    f"{name}: write the unit")
+    return ""
+
+
 def _off(rel: float) -> str:
     if math.isinf(rel):
         return "off (the expected value is 0)"
     return f"{rel:.1%} off" if rel < 10 else f"{rel + 1:.3g} times too large"
-
-
-def _byte_unit_hint(q: _Quantity, value: float, unit: str, unit_size: float, band) -> tuple[str, str]:
-    """(hint, review reason) when the number is right in the other byte system, or, for a
-    plain number, right if read in another byte unit (a unit left off by mistake)."""
-    if q.unit:
-        pairs = {GB: GiB, GiB: GB, 10**6: MiB, MiB: 10**6, 10**3: KiB, KiB: 10**3, TB: TiB, TiB: TB}
-        other = pairs.get(int(q.size))
-        if other and band(value * other / q.size)[0] == 1.0:
-            return ("your number would be right in the other unit system: GB = 10^9 bytes, "
-                    "GiB = 2^30 bytes (1 GiB = 1.074 GB)"), ""
-        return "", ""
-    for name in _BYTE_UNITS_SHOWN:
-        if band(value * _UNITS[name.lower()][1] / unit_size)[0] == 1.0:
-            return (f"a plain number is read in {unit}; your number is right if read in "
-                    f"{name}: write the unit"), f"a plain number that is right if read in {name}"
-    return "", ""

@@ -209,7 +209,7 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:stores?|keeps?|saves?|remembers?) {G(2)}(?:inputs?|boundar\w*) (?:of|to|"
             rf"at) {G(2)}(?:segment|block|layer|checkpoint)\w*",
             rf"(?:stor|sav|keep)\w* (?:fewer|less|not all|only some|only a few) {G(1)}{_ACTS}",
-            r"(?:not|never|no longer|without|instead of) {G(1)}(?:stor|keep|sav|hold|cach|retain)\w* "
+            rf"(?:not|never|no longer|without|instead of) {G(1)}(?:stor|keep|sav|hold|cach|retain)\w* "
             r"(?:on to |onto )?(?:what|everything|all|most|each|every)",
             rf"only {G(2)}inputs? (?:of|to) (?:each|every|the) {G(1)}(?:segment|block|layer|checkpoint|fn)\w*",
             rf"(?:fewer|less|not all|not every) {G(1)}{_ACTS} {G(3)}(?:stored|kept|saved|in memory|"
@@ -219,6 +219,8 @@ CHECKPOINTING_COST = Rubric(
             r"re ?comput\w*",
             r"re ?calculat\w*",
             r"rematerial\w*|regenerat\w*|rebuil\w*|reconstruct\w*",
+            r"(?:comput|calculat|produc|generat|creat|evaluat|deriv)\w* (?:again|anew|a second time|"
+            r"once more|twice|another time)",
             r"re ?creat\w*|re ?evaluat\w*|re ?run\w*",
             r"(?:run|runs|ran|running|do|does|doing|perform\w*|execut\w*|comput\w*|calculat\w*|"
             rf"redo\w*|repeat\w*) {G(3)}(?:forward|activations?|them|it|segment|block|layers?|"
@@ -352,7 +354,7 @@ FP16_LOSS_SCALING = Rubric(
             rf"reduced) {G(1)}(?:dynamic )?(?:range|exponent)",
             r"(?:narrow\w*|small\w*|limited|tiny|restricted|short\w*|reduced|less|"
             rf"low) {G(1)}(?:dynamic )?range (?:of|in|for) {G(1)}fp16",
-            r"(?:5|five) (?:exponent bits?|bits? (?:of|for) (?:the )?exponent|bit exponent)",
+            r"(?:5|five) (?:exponent bits?|bits? (?:of|for|on|in) (?:the |its )?exponent|bit exponent)",
             r"65 ?504|65k|6\.1e-0?5|2\^ ?-14",
             rf"(?:can not|unable to|not able to|fails? to) {G(1)}(?:represent|store|express|"
             rf"hold) {G(3)}(?:small|tiny|little)",
@@ -404,7 +406,7 @@ FP16_LOSS_SCALING = Rubric(
         Concept("bf16 has fp32's exponent range (8 exponent bits)", (
             rf"bf16 {G(5)}(?:same|similar|identical|equal|as wide|as large|as big|"
             rf"as much) {G(3)}(?:range|exponent\w*)",
-            rf"(?:8|eight) (?:exponent bits?|bits? (?:of|for) (?:the )?exponent|bit exponent)",
+            rf"(?:8|eight) (?:exponent bits?|bits? (?:of|for|on|in) (?:the |its )?exponent|bit exponent)",
             rf"(?:exponent|range) {G(3)}(?:as|of|like) {G(1)}fp32",
             r"fp32 (?:exponent|range|dynamic range)",
             rf"(?:range|exponent\w*) (?:of|in|for) bf16 {G(3)}(?:same|similar|identical|equal|"
@@ -478,6 +480,7 @@ ACCUMULATION_EQUIVALENCE = Rubric(
     concepts=(
         Concept("the gradient is linear: the gradient of a sum/mean is the sum/mean of gradients", (
             r"linearity|linearly|linear (?:in|operator|operation|map|function)",
+            r"(?:gradient|derivative)s? of (?:a|the) (?:sum|mean|average)",
             rf"(?:gradients?|derivatives?|differentiation|grads?|backward|backprop\w*|operator|"
             rf"it|loss) {G(3)}(?:is|are|being) {G(2)}linear",
             rf"(?:gradient|derivative|grad)s? {G(3)}(?:of|for) {G(2)}(?:sum|average|"
@@ -518,6 +521,7 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"(?:step|update|optimi[sz]er\.step|optimi[sz]er) {G(3)}(?:once|after|every|"
             rf"at the end|per) {G(3)}(?:k|accumulation|\d+|cycle|boundary|{_MB})",
             rf"(?:after|every|each) {G(2)}(?:k|kth|k th)\b {G(3)}(?:{_MB}|steps?|backward)",
+            rf"only once (?:per|every|each|after) (?:k|\d+|n|the k th) {G(1)}(?:{_MB}|steps|iterations)",
         ), 0.75, "gradients are zeroed, and the optimizer steps, only once per k micro-batches"),
         Concept("unequal micro-batch sizes or token counts need weighting by count", (
             rf"(?:different|unequal|uneven|varying|variable|differing|differ) {G(3)}(?:sizes?|"
@@ -627,6 +631,8 @@ ACTIVATIONS_SCALING = Rubric(
             rf"(?:double|doubling|doubles) {G(2)}(?:the )?(?:number of )?(?:layers|depth)",
             rf"(?:each|every|per) {_LAYERS}",
             rf"deeper {G(3)}(?:models?|networks?|nets?)",
+            rf"(?:grow|grows|growing|increas\w*|scal\w*|linear\w*|proportional\w*) {G(6)}(?:and|,) "
+            r"(?:also )?(?:with|in|to) (?:the )?(?:number of |count of )?(?:layers|depth)",
             r"(?:x|\*|×|times) ?(?:the )?(?:l|layers|n_layers|depth|number of layers)\b",
         ), 1.0, "say how it scales with depth: linearly, every layer saves its own activations"),
         Concept("parameters, gradients and optimizer state do not depend on the batch", (
@@ -827,6 +833,9 @@ SHARDING_WHEN_WHY = Rubric(
             rf"(?:does not|do not|would not|will not|can not) fit",
         ), 1.0, "say when: the parameters, gradients and optimizer state do not fit on one GPU"),
         Concept("single-GPU tricks mostly cut activations, not model states", (
+            rf"(?:tricks?|techniques?|they|these|those) {G(3)}(?:only |mainly |mostly )?(?:cut|cuts|"
+            rf"reduce|reduces|shrink|shrinks|target|targets|lower|lowers|save|saves|attack) "
+            rf"{G(2)}activations?",
             rf"(?:checkpointing|mixed precision|accumulation|tricks?|techniques?) {G(6)}"
             rf"(?:only|mainly|mostly|mainly target|target) {G(3)}activations?",
             rf"(?:not|never|hardly|barely) {G(3)}(?:reduce|shrink|cut|help with|touch|change|"
