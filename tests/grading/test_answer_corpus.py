@@ -9,9 +9,12 @@ one JSON object a line:
 
 Classes: strong-unusual-wording, strong-terse, partial, confidently-wrong-keywords, negated,
 keyword-salad, off-topic, pasted-course-text, pasted-hints, typos, other-order. Within each
-rubric and class the answers alternate dev / heldout. The whole corpus, heldout half
-included, was written before the grader was tuned; the grader's authors tune against the
-dev half only. When an instructor finds a misgraded answer, it goes into the dev half.
+rubric and class the first 406 answers alternate dev / heldout; they were all written before
+the grader was tuned. That first heldout half was measured once (93.9% in band) and then
+joined the dev half (``"was": "heldout-1"``); the current heldout half (196 answers, 28 per
+rubric) was written after that measurement and before any further tuning. The grader's
+authors tune against the dev half only. A misgraded answer an instructor finds goes into
+the dev half; a heldout half, once looked at, joins dev and a fresh one is written.
 
 The in-band table (per rubric and per class, both halves) is printed at the end of the
 pytest run (see conftest.py beside this file) and by ``python tests/grading/test_answer_corpus.py``.
@@ -107,7 +110,8 @@ def test_corpus_covers_every_rubric_and_class():
         for split in ("dev", "heldout"):
             classes = {r["class"] for r in recs if r["rubric"] == rid and r["split"] == split}
             assert classes >= CLASSES - {"pasted-hints"}, (rid, split, CLASSES - classes)
-    assert len({r["answer"] for r in recs}) == len(recs), "duplicate answers"
+    own = [r["answer"] for r in recs if not r["class"].startswith("pasted")]
+    assert len(set(own)) == len(own), "duplicate answers (only pasted course text may repeat)"
 
 
 # ------------------------------------------------------------------ the grader on it
@@ -119,8 +123,10 @@ def test_heldout_half_lands_in_band(graded):
     assert rate >= HELDOUT_TARGET, f"heldout in band {rate:.1%}\n{table(graded)}\n\n{misses}"
 
 
-def test_no_confidently_wrong_or_negated_answer_above_the_cap(graded):
-    high = [g for g in graded if g["class"] in WRONG_CLASSES and g["score"] > WRONG_CAP]
+@pytest.mark.parametrize("split", ["dev", "heldout"])
+def test_no_confidently_wrong_or_negated_answer_above_the_cap(graded, split):
+    high = [g for g in graded if g["split"] == split and g["class"] in WRONG_CLASSES
+            and g["score"] > WRONG_CAP]
     assert not high, "\n\n".join(f"{g['split']} {g['rubric']} {g['class']} {g['score']:.2f}: "
                                  f"{g['answer']}\n{g['report']}" for g in high)
 

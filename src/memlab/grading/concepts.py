@@ -96,6 +96,7 @@ _REWRITES: list[tuple[re.Pattern[str], str]] = [(re.compile(a), b) for a, b in [
     (r"\bbrain ?float(?: ?16)?\b", "bf16"), (r"\b(?:fp|float) ?32\b", "fp32"),
     (r"×", " x "), (r"√", " sqrt "), (r"≈", " ~"),
     (r"[.!?;…]+(?=\s|$)", " . "),
+    (r"(?<![a-z0-9_]):(?=\s)|(?<=[a-z0-9_\])]):(?=\s|$)", " . "),    # "not equal: X, Y"
     (r"[,:()\[\]{}]", " , "),
     (r"(?<![a-z])'|'(?![a-z])", " "),
     (r"[^a-z0-9_.'^%/+*=<>~ ,-]", " "),
@@ -157,6 +158,7 @@ _PURPOSE = frozenset("ensure ensures ensuring otherwise else lest if unless when
                      "until".split())
 _PURPOSE_PAIRS = {("so", "that"), ("such", "that"), ("in", "order"), ("to", "avoid"),
                   ("to", "prevent"), ("to", "keep"), ("to", "make")}
+_SCOPE_BREAK = frozenset("when whenever if where once".split())
 _AUX = re.compile(r"^(?:can|could|will|would|is|are|was|were|does|do|did|has|have|may|might|must|"
                   r"should|shall)$")
 _NEG_AFTER = re.compile(r"^(?:(?:does|do|did|is|are|was|were|will|would|can|could|should|has|have)"
@@ -185,7 +187,11 @@ def _denied(text: str, start: int) -> bool:
     crossed = subject = False
     for i in range(len(words) - 1, -1, -1):
         w = words[i]
+        if w in ("because", "since") and i > 0 and words[i - 1] in ("not", "never"):
+            return True                      # "not because of underflow": the reason denied
         if w == "." or (w in _CLAUSE_WORDS and not (w == "so" and words[i + 1:i + 2] == ["that"])):
+            break
+        if w in _SCOPE_BREAK:                # "not equal when you use BatchNorm"
             break
         if w == ",":
             first = text[start:].split(" ", 1)[0]
@@ -206,6 +212,8 @@ def _denied(text: str, start: int) -> bool:
             # phrase that is the subject of its own verb ("not X, and Y can ...")
             if crossed and text[start:].split(" ")[1:2] and _AUX.match(text[start:].split(" ")[1]):
                 return False
+            if w not in ("not", "never"):
+                return True                  # "nothing underflows", "no extra time": a denial
             if _purpose(words[max(0, i - 6):i]):
                 return False
             # "..., so gradients do not underflow": a purpose when the negation is on the
@@ -404,10 +412,8 @@ def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str]
     # checkpointing, recompute, ...". A term with a function word in it ("all gather",
     # "other processes", "not a leak") does not end the list.
     run: list[list[int]] = []
-    for f in frags + [[]]:
-        if f and len(f) <= 3:
-            run.append(f)
-            continue
+
+    def flush() -> None:
         n_bare = sum(map(bare, run))
         if len(run) >= 6 and n_bare >= 0.75 * len(run):
             for g in run:
@@ -416,7 +422,15 @@ def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str]
             messages.append(f"a list of {len(run)} bare terms earns no credit: explain in sentences")
         elif n_bare >= 4:
             review.append(f"a list of {n_bare} bare terms")
-        run = []
+        run.clear()
+
+    for f in frags + [[]]:
+        if run and f and "." in tokens[run[-1][-1] + 1:f[0]]:
+            flush()                      # a list ends with its sentence
+        if f and len(f) <= 3:
+            run.append(f)
+            continue
+        flush()
     # long stretches without a single function word, also inside a longer fragment
     # ("model states do not fit replica data parallel shard optimizer gradients ...")
     for f in frags:
@@ -441,6 +455,11 @@ def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str]
             stretch = []
 
     stuffed = False
+    # "linear linear .grad .grad BatchNorm BatchNorm": the same word twice in a row, again and again
+    doubled = sum(1 for a, b in zip(words, words[1:]) if a == b and a not in _FUNCTION_WORDS)
+    if doubled >= 3:
+        stuffed = True
+        messages.append("the same terms are repeated: repetition earns no credit")
     kept = sum(1 for i, t in enumerate(tokens) if _is_word(t) and not excluded[i])
     if n and kept < 0.4 * n:
         stuffed = True
@@ -532,12 +551,19 @@ class _Mention:
     polarity: str     # "assert", "deny", "name" or "report"
     evidence: str     # the words that matched
     sentence: str     # the learner's sentence, as written
+    span: tuple[int, int, int] = (0, 0, 0)   # (sentence index, start, end) in the graded text
+
+    def overlaps(self, other: tuple[int, int, int]) -> bool:
+        """At least half of this mention lies inside ``other``."""
+        k, a, b = self.span
+        shared = min(b, other[2]) - max(a, other[1])
+        return k == other[0] and shared > 0 and 2 * shared >= b - a
 
 
 def _mentions(compiled: Iterable[re.Pattern[str]], graded: list[str], raw: list[str],
               negatable: bool, misconception: bool) -> list[_Mention]:
     out = []
-    for text, sentence in zip(graded, raw):
+    for k, (text, sentence) in enumerate(zip(graded, raw)):
         for rx in compiled:
             for m in rx.finditer(text):
                 if negatable and _denied(text, m.start()):
@@ -548,7 +574,7 @@ def _mentions(compiled: Iterable[re.Pattern[str]], graded: list[str], raw: list[
                     pol = "name"
                 else:
                     pol = "assert"
-                out.append(_Mention(pol, m.group(0), sentence))
+                out.append(_Mention(pol, m.group(0), sentence, (k, m.start(), m.end())))
     return out
 
 
@@ -651,9 +677,22 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     got = penalty = 0.0
     concept_lines: list[str] = []
     absent: list[tuple[str, str]] = []
+    claimed: list[tuple[int, int, int]] = []   # the words that already earned a concept
     for c in rb.concepts:
-        v = _verdict(_mentions(c._compiled, graded, raw_kept, c.negatable, False))  # type: ignore[attr-defined]
+        mentions = _mentions(c._compiled, graded, raw_kept, c.negatable, False)  # type: ignore[attr-defined]
+        # one phrase earns one idea: "an extra forward pass" is the recomputation, not also
+        # its cost and its size
+        fresh = [m for m in mentions if m.polarity == "assert"
+                 and not any(m.overlaps(span) for span in claimed)]
+        v = fresh[0] if fresh else _verdict([m for m in mentions if m.polarity != "assert"])
+        if v is None and mentions:
+            v = mentions[0]
+            concept_lines.append(f"not counted twice: {c.name} (\"{v.evidence}\" already earned "
+                                 "another idea)")
+            missing.append(c.name)
+            continue
         if v is not None and v.polarity == "assert":
+            claimed.append(v.span)
             found.append(c.name)
             got += c.weight
             concept_lines.append(f"found: {c.name} (\"{v.evidence}\") in {_quote(v.sentence)}")

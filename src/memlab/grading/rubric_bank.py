@@ -354,6 +354,7 @@ FP16_LOSS_SCALING = Rubric(
             rf"reduced) {G(1)}(?:dynamic )?(?:range|exponent)",
             r"(?:narrow\w*|small\w*|limited|tiny|restricted|short\w*|reduced|less|"
             rf"low) {G(1)}(?:dynamic )?range (?:of|in|for) {G(1)}fp16",
+            rf"fp16 {G(3)}(?:fewer|less|only 5|only five|just 5|just five) {G(1)}exponent",
             r"(?:5|five) (?:exponent bits?|bits? (?:of|for|on|in) (?:the |its )?exponent|bit exponent)",
             r"65 ?504|65k|6\.1e-0?5|2\^ ?-14",
             rf"(?:can not|unable to|not able to|fails? to) {G(1)}(?:represent|store|express|"
@@ -435,6 +436,14 @@ FP16_LOSS_SCALING = Rubric(
             rf"in) {G(1)}bf16",
         ), 0.35, "bf16 has fp32's range, so gradients do not underflow and no scaler is needed "
                  "(GradScaler even fails on bf16 gradients)"),
+        Misconception("says bf16 and fp16 have the same range or exponent", (
+            rf"(?:both|bf16 and fp16|fp16 and bf16|they) {G(3)}(?:have|share|use) {G(2)}(?:same|equal|"
+            rf"identical|similar) {G(1)}(?:dynamic )?(?:range|exponent\w*)",
+            rf"both {G(3)}(?:have|use) {G(1)}(?:5|five|8|eight) (?:exponent bits?|bits? (?:of|for|on) "
+            r"(?:the )?exponent)",
+            rf"bf16 {G(3)}(?:same|identical|equal) {G(1)}(?:range|exponent\w*) (?:as|to) fp16",
+        ), 0.35, "bf16 has 8 exponent bits (fp32's range), fp16 only 5: that difference is the "
+                 "whole answer", fatal=True),
         Misconception("says fp16 has more range than bf16", (
             rf"fp16 {G(4)}(?:more|larger|wider|bigger|greater|higher) {G(2)}(?:dynamic )?range",
             rf"bf16 {G(4)}(?:less|smaller|narrower|lower|reduced|limited) {G(2)}(?:dynamic )?range",
@@ -609,6 +618,8 @@ ACTIVATIONS_SCALING = Rubric(
             rf"{_BWD} {G(4)}(?:needs?|requires?|uses?|reads?|consumes?) {G(4)}(?:them|activations?|"
             r"outputs?|inputs?|intermediate\w*|tensors?|results)",
             rf"(?:needed|required|used) (?:for|by|in|during) {G(2)}(?:{_BWD}|gradient\w*)",
+            rf"inputs? (?:to|for|of) {G(2)}(?:gradient computation|gradient calculation|gradients?|"
+            rf"{_BWD})",
             r"(?:autograd|the graph) (?:keeps|stores|saves|stashes|holds)",
             rf"(?:saved|stored|kept|cached) (?:for|until) {G(2)}{_BWD}",
         ), 1.0, "say what activations are: outputs saved in the forward pass because backward "
@@ -618,6 +629,8 @@ ACTIVATIONS_SCALING = Rubric(
             rf"{G(3)}(?:with|in|to) {G(2)}(?:the )?{_BATCH}",
             rf"{_BATCH} {G(6)}(?:doubles?|linear\w*|proportional\w*|twice|2x)",
             rf"(?:bigger|larger|more|grow\w*|increas\w*) {G(2)}(?:with|as) {G(2)}(?:more )?{_BATCH}",
+            r"(?:proportional|linear\w*|scales?|grows?|increases?) (?:to|with|in) (?:the )?(?:how many|"
+            r"number of|count of) (?:examples|samples|inputs|sequences|items|images|tokens)",
             rf"more {_BATCH} {G(2)}(?:means?|gives?|needs?|uses?) {G(1)}more",
             rf"(?:double|doubling|doubles) {G(2)}{_BATCH}",
             r"(?:per|each|every|for every|for each) (?:sample|example|input|sequence|item|image)",
@@ -632,7 +645,7 @@ ACTIVATIONS_SCALING = Rubric(
             rf"(?:each|every|per) {_LAYERS}",
             rf"deeper {G(3)}(?:models?|networks?|nets?)",
             rf"(?:grow|grows|growing|increas\w*|scal\w*|linear\w*|proportional\w*) {G(6)}(?:and|,) "
-            r"(?:also )?(?:with|in|to) (?:the )?(?:number of |count of )?(?:layers|depth)",
+            r"(?:also )?(?:with|in|to) (?:the )?(?:number of |count of |how many )?(?:layers|depth)",
             r"(?:x|\*|×|times) ?(?:the )?(?:l|layers|n_layers|depth|number of layers)\b",
         ), 1.0, "say how it scales with depth: linearly, every layer saves its own activations"),
         Concept("parameters, gradients and optimizer state do not depend on the batch", (
@@ -785,6 +798,13 @@ ALLOCATED_VS_RESERVED = Rubric(
             rf"because of) {G(2)}(?:a )?(?:memory )?leak\w*",
             rf"(?:tensors?|memory) {G(3)}(?:are|is) never (?:freed|released)",
         ), 0.35, "a large, stable reserved pool is the allocator's cache, not a leak", fatal=True),
+        Misconception("swaps the counters: allocated as the pool, nvidia-smi as live tensors", (
+            rf"nvidia smi {G(2)}(?:counts|shows|reports|measures|sees) {G(2)}(?:only )?(?:the )?(?:live|"
+            r"alive|active|existing) tensors",
+            rf"{_ALLOC} {G(2)}(?:counts|includes|shows|reports|measures) {G(2)}(?:the )?(?:reserved|"
+            r"cache|cached|pool|whole|total)",
+        ), 0.4, "it is the other way round: memory_allocated counts live tensors, nvidia-smi "
+                "everything the process took from the driver", fatal=True),
         Misconception("says empty_cache frees tensors or lowers memory_allocated", (
             rf"empty_cache {G(5)}(?:frees?|releases?|deletes?|clears?|reduces?|lowers?|removes?) "
             rf"{G(3)}(?:tensors?|{_ALLOC}|live)",
