@@ -301,3 +301,35 @@ def test_numeric_rules(answer, expected, unit, score, flag, says):
 
 if __name__ == "__main__":
     print(table(grade_all()))
+
+
+def test_a_line_wrapped_answer_grades_like_one_line():
+    answer = RUBRICS["accumulation_equivalence"].model_answer
+    words = answer.split()
+    wrapped = "\n".join(" ".join(words[i:i + 9]) for i in range(0, len(words), 9))
+    a, b = grade_text(answer, "accumulation_equivalence"), grade_text(wrapped, "accumulation_equivalence")
+    assert a.score == b.score == 1.0 and a.found == b.found, b.report()
+
+
+_TEXT_ANSWERS = {"CHECKPOINTING_COST_ANSWER": "checkpointing_cost",
+                 "LOSS_SCALING_ANSWER": "fp16_loss_scaling", "OOM_ANSWER": "oom_before_batch",
+                 "SHARDING_ANSWER": "sharding_when_why", "answer": "accumulation_equivalence"}
+
+
+def test_the_solutions_written_answers_score_full_marks():
+    # the fast twin of tests/notebooks/test_nbgrader_pipeline.py for the rubric questions of
+    # 02-06 (07's text questions are checked by tests/grading/test_interview.py)
+    seen = set()
+    for nb in sorted((ROOT / "solutions").glob("0[2-6]*/*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "import" in src or "grade" in src:
+                continue
+            for var, rid in _TEXT_ANSWERS.items():
+                if re.search(rf"^{var}\s*=", src, re.M):
+                    ns: dict = {}
+                    exec(compile(src, str(nb), "exec"), ns)   # a plain string assignment
+                    r = grade_text(ns[var], rid)
+                    assert r.score == 1.0 and not r.misconceptions, f"{nb.name}\n{r.report()}"
+                    seen.add(rid)
+    assert seen == set(_TEXT_ANSWERS.values())

@@ -543,7 +543,9 @@ def _pasted_share(tokens: list[str], rb: Rubric, n: int = 6) -> float:
     return sum(hit) / len(stems) if stems else 0.0
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+|\s*\n\s*")
+# sentence ends as normalize() reads them: punctuation, a blank line, a new bullet; a line
+# wrapped inside a sentence is not an end
+_SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+|\s*\n\s*\n\s*|\s*\n(?=\s*(?:[-*•·]|\d+[.)])\s)")
 
 
 @dataclass

@@ -515,7 +515,10 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"divid\w* {G(3)}(?:loss|losses|it|each|gradients?|grads) {G(2)}by {G(3)}(?:k|number|"
             rf"accumulation|steps|n|{_MB})",
             rf"(?:loss|losses) {G(3)}(?:divided|scaled|normali[sz]ed|multiplied|"
-            rf"weighted) {G(3)}(?:by|with) {G(2)}(?:k|1/k|number|count|accumulation|n)",
+            rf"weighted) {G(3)}(?:by|with) {G(2)}(?:k|1/k|number|count|accumulation|n|n_i|share|"
+            r"fraction|proportion|size)",
+            rf"weight\w* {G(3)}by {G(2)}(?:n_i|share|fraction|proportion|(?:its|their) (?:size|count|"
+            r"number))",
             r"(?:loss|l) ?/ ?k|1 ?/ ?k",
             rf"(?:scal|normali[sz]|averag|weight)\w* {G(3)}(?:by|with|over|across) {G(3)}(?:k|1/k|"
             rf"number of|accumulation steps|{_MB})",
