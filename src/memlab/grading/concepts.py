@@ -97,6 +97,7 @@ _REWRITES: list[tuple[re.Pattern[str], str]] = [(re.compile(a), b) for a, b in [
     (r"×", " x "), (r"√", " sqrt "), (r"≈", " ~"),
     (r"[.!?;…]+(?=\s|$)", " . "),
     (r"(?<![a-z0-9_]):(?=\s)|(?<=[a-z0-9_\])]):(?=\s|$)", " . "),    # "not equal: X, Y"
+    (r"\((?=[^()]*[a-z]{3,} [a-z]{3,})", " "),   # "bf16 (halves activations)": a note, not a list item
     (r"[,:()\[\]{}]", " , "),
     (r"(?<![a-z])'|'(?![a-z])", " "),
     (r"[^a-z0-9_.'^%/+*=<>~ ,-]", " "),
@@ -141,7 +142,8 @@ why where whether such same other another own
 _LIGHT_WORDS = frozenset("a an the of at in on per for to with".split())  # allowed in a bare term
 _SIMPLE_NEG = frozenset("not no never without neither nor none nothing hardly barely".split())
 _NEG_EXCEPT = frozenset("only just merely longer necessarily".split())  # "not only", "no longer"
-_PHRASE_NEG = ("rather than", "instead of", "as opposed to", "contrary to", "unlike")
+_PHRASE_NEG = ("rather than", "instead of", "as opposed to", "contrary to", "unlike",
+               "regardless of", "irrespective of")
 _DISTANCING = re.compile(
     r"^(myths?|mistakes?|mistaken(ly)?|misconceptions?|wrong(ly)?|false(ly)?|tempting|naive(ly)?|"
     r"misleading|incorrect(ly)?|erroneous(ly)?|fallacy|misunderstanding|untrue)$")
@@ -212,6 +214,8 @@ def _denied(text: str, start: int) -> bool:
             # phrase that is the subject of its own verb ("not X, and Y can ...")
             if crossed and text[start:].split(" ")[1:2] and _AUX.match(text[start:].split(" ")[1]):
                 return False
+            if crossed and i > 0 and words[i - 1] == ",":
+                return False                 # "shows A, not B, and C ...": the contrast ends at its comma
             if w not in ("not", "never"):
                 return True                  # "nothing underflows", "no extra time": a denial
             if _purpose(words[max(0, i - 6):i]):
@@ -286,6 +290,7 @@ class Misconception:
 
 
 FATAL_CAP = 0.15
+FIRST_IDEA = 0.25   # one key idea (weight >= 1) stated, nothing wrong: at least this score
 
 
 @dataclass(frozen=True)
@@ -360,19 +365,23 @@ def _is_word(tok: str) -> bool:
 
 
 def _copied_mask(tokens: list[str], question: str, n: int = 5) -> list[bool]:
-    """True for answer word tokens inside a run of >= n words that also occurs in the question."""
+    """True for answer word tokens inside a run of >= n words that also occurs in the question.
+
+    A run that starts with a function word ("with batch size and depth") is the answer
+    reusing the question's terms, not copying it, unless it runs to n + 2 words."""
     q = [_stem(t) for t in normalize(question).split() if _is_word(t)]
     idx = [i for i, t in enumerate(tokens) if _is_word(t)]
     stems = [_stem(tokens[i]) for i in idx]
-    n = min(n, len(q))
     mask = [False] * len(tokens)
+    n = min(n, len(q))
     if n < 3:
         return mask
-    grams = {tuple(q[i:i + n]) for i in range(len(q) - n + 1)}
-    for i in range(len(stems) - n + 1):
-        if tuple(stems[i:i + n]) in grams:
-            for k in idx[i:i + n]:
-                mask[k] = True
+    for size, any_start in ((n, False), (n + 2, True)):
+        grams = {tuple(q[i:i + size]) for i in range(len(q) - size + 1)}
+        for i in range(len(stems) - size + 1):
+            if tuple(stems[i:i + size]) in grams and (any_start or tokens[idx[i]] not in _FUNCTION_WORDS):
+                for k in idx[i:i + size]:
+                    mask[k] = True
     return mask
 
 
@@ -556,10 +565,11 @@ class _Mention:
     span: tuple[int, int, int] = (0, 0, 0)   # (sentence index, start, end) in the graded text
 
     def overlaps(self, other: tuple[int, int, int]) -> bool:
-        """At least half of this mention lies inside ``other``."""
+        """This mention and ``other`` are mostly the same words (each at least half shared)."""
         k, a, b = self.span
         shared = min(b, other[2]) - max(a, other[1])
-        return k == other[0] and shared > 0 and 2 * shared >= b - a
+        return (k == other[0] and shared > 0 and 2 * shared >= b - a
+                and 2 * shared >= other[2] - other[1])
 
 
 def _mentions(compiled: Iterable[re.Pattern[str]], graded: list[str], raw: list[str],
@@ -729,6 +739,10 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         elif v.polarity == "report":
             reasons.append(f"misconception phrase '{mc.name}' ignored as reported, not claimed")
     score = max(0.0, concept_score - penalty)
+    if (not penalty and copied_share < 0.3 and pasted < 0.3
+            and any(c.weight >= 1.0 for c in rb.concepts if c.name in found)):
+        # one correct key idea of five is worth a quarter of the points, as an interviewer gives it
+        score = max(score, FIRST_IDEA)
     if fatal:
         score = min(score, FATAL_CAP)
     lines += concept_lines

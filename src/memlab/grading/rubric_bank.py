@@ -145,7 +145,13 @@ OOM_BEFORE_BATCH = Rubric(
             rf"first (?:thing|step|option|fix|move) {G(3, _NOT_SEQUENCE)}{_SHRINK} {G(2)}{_BATCH}",
             rf"just {_SHRINK} {G(2)}{_BATCH}",
         ), 0.35, "try mixed precision, checkpointing and accumulation first; a smaller batch "
-                 "changes the training dynamics and GPU utilisation"),
+                 "changes the training dynamics and GPU utilisation", fatal=True),
+        Misconception("confuses mixed precision with int8 quantisation of the weights", (
+            r"int8",
+            rf"quanti[sz]\w* {G(3)}(?:weights|model|parameters)",
+            rf"(?:halv|reduc|shrink)\w* {G(2)}(?:the )?(?:parameters|weights) (?:to|in) (?:8|int8)",
+        ), 0.3, "mixed precision runs activations and gradients in 16-bit floats; int8 quantisation is "
+                "another technique"),
         Misconception("confuses gradient checkpointing with saving checkpoints to disk", (
             rf"(?:sav|writ|dump|stor)\w* {G(3)}checkpoints? {G(3)}(?:to|on) {G(1)}(?:disk|drive|"
             r"file|ssd)",
@@ -225,7 +231,7 @@ CHECKPOINTING_COST = Rubric(
             r"(?:run|runs|ran|running|do|does|doing|perform\w*|execut\w*|comput\w*|calculat\w*|"
             rf"redo\w*|repeat\w*) {G(3)}(?:forward|activations?|them|it|segment|block|layers?|"
             rf"parts?) {G(3)}(?:again|twice|a second time|another time|once more)",
-            r"(?:second|another|extra|additional|repeated) forward(?: pass\w*| computation)?",
+            r"(?:second|repeated) forward(?: pass\w*| computation)?",
             rf"forward {G(3)}(?:twice|again|a second time|two times)",
             rf"(?:re ?do(?:es|ne|ing|s)?|repeat\w*) {G(3)}(?:forward|activations?|computation|work|"
             r"segments?|blocks?|layers?)",
@@ -520,6 +526,7 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"weight\w* {G(3)}by {G(2)}(?:n_i|share|fraction|proportion|(?:its|their) (?:size|count|"
             r"number))",
             r"(?:loss|l) ?/ ?k|1 ?/ ?k",
+            r"divid\w* (?:it |them |each |every |all )?by k\b",
             rf"(?:scal|normali[sz]|averag|weight)\w* {G(3)}(?:by|with|over|across) {G(3)}(?:k|1/k|"
             rf"number of|accumulation steps|{_MB})",
             rf"(?:mean|average) {G(2)}(?:over|of|across) {G(2)}(?:k|{_MB})",
@@ -542,7 +549,10 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"numbers of tokens) {G(3)}(?:differ\w*|vary|varies|unequal|are different)",
             rf"(?:sizes?|lengths?|counts?) {G(3)}(?:are |is )?not (?:the same|equal)",
             rf"not {G(2)}(?:same|equal) (?:sizes?|lengths?)",
-            r"(?:last|final|partial|incomplete|smaller|remainder) (?:micro ?)?batch\w*", r"pad\w*",
+            rf"(?:last|final|partial|incomplete|remainder) (?:micro ?)?batch\w* {G(3)}(?:smaller|shorter|"
+            r"fewer|partial|incomplete|different|uneven|less)",
+            r"(?:smaller|shorter|partial|incomplete|uneven|short) (?:last|final) (?:micro ?)?batch\w*",
+            r"pad\w*",
             r"token counts?|number of tokens|per ?token",
             rf"weight\w* {G(3)}(?:by|with) {G(3)}(?:count|size|number|tokens|samples)",
             r"mean of (?:the )?means|average of (?:the )?averages", r"not divisible|drop_last",
@@ -566,13 +576,27 @@ ACCUMULATION_EQUIVALENCE = Rubric(
         ), 0.5, "also: dropout masks, float summation order, per-micro-batch clipping"),
     ),
     misconceptions=(
+        Misconception("says backward overwrites .grad or that gradients are not linear", (
+            rf"(?:backward|autograd|pytorch|it) {G(2)}(?:overwrit|replac|reset|clear)\w* {G(2)}"
+            r"(?:the )?(?:[a-z_]*\.grad|gradients?|grads)",
+            rf"(?:gradients?|differentiation|the gradient|backward|it) {G(2)}(?:is|are) (?:not|never) "
+            r"linear",
+            rf"(?:only|just) (?:keeps?|uses?|counts?) {G(1)}(?:the )?last (?:micro ?)?batch",
+        ), 0.4, "backward adds into .grad, and the gradient of a sum is the sum of the gradients",
+            fatal=True),
         Misconception("says they are always exactly equal", (
             r"(?:always|in all cases|in every case|no matter what|regardless|"
             rf"every time)\b {G(4)}(?:exactly |perfectly |completely )?(?:equal|identical|the same|"
             r"equivalent)",
             rf"(?:never|no case|no situation|no circumstances) {G(3)}(?:differ\w*|different)",
-        ), 0.3, "they match only with equal-weighted micro-batches and no batch-dependent "
-                "layers"),
+            r"(?:exact|equal|identical|the same) (?:in every case|in all cases|always|no matter what)",
+            r"even with batch ?norm\w*",
+        ), 0.35, "they match only with equal-weighted micro-batches and no batch-dependent "
+                 "layers", fatal=True),
+        Misconception("multiplies the micro-batch losses by k", (
+            rf"multipl\w* {G(4)}(?:loss|losses) {G(2)}by k\b",
+        ), 0.35, "each micro-batch loss is divided by k (weighted by its share), not multiplied",
+            fatal=True),
         Misconception("calls zero_grad after every micro-batch", (
             rf"(?:call|calling|use|run|do)\w* {G(2)}zero_?grad\w* {G(4)}(?:after|before|for|on|at|"
             r"in) (?:each|every) (?:micro ?batch|backward|iteration|mini ?batch|batch|step)",
@@ -705,7 +729,8 @@ ACTIVATIONS_SCALING = Rubric(
         ), 0.35, "activations are stored per sample: they grow linearly with the batch", fatal=True),
         Misconception("says activations grow quadratically with the batch", (
             rf"quadratic\w* {G(3)}(?:in|with) {G(2)}{_BATCH}",
-            rf"{_BATCH} {G(3)}(?:squared|quadratic\w*)",
+            rf"{_BATCH} {G(1)}(?:squared|quadratic\w*)(?! (?:with|in) (?:the )?(?:sequence|seq\w*|"
+            r"context|length|tokens))",
         ), 0.3, "activations grow linearly with the batch; the quadratic term is in the "
                 "sequence length (attention)"),
     ),
@@ -762,6 +787,9 @@ ALLOCATED_VS_RESERVED = Rubric(
             rf"(?:not|never) {G(3)}(?:return\w*|giv\w* back|gives? back|releas\w*|hand\w* back) "
             rf"{G(4)}(?:driver|gpu|os|cuda|device|system)",
             r"(?:memory )?pool",
+            rf"(?:includes?|contains?|holds?|keeps?) {G(2)}(?:cached|freed|unused) (?:blocks?|memory|"
+            r"segments?|tensors?)",
+            rf"reserves? more than {G(2)}(?:it )?(?:allocates|uses|needs)",
         ), 1.0, "name the mechanism: PyTorch's caching allocator keeps freed blocks instead of "
                 "returning them to the driver"),
         Concept("memory_reserved: what the allocator holds, at least the allocated bytes", (
@@ -795,6 +823,13 @@ ALLOCATED_VS_RESERVED = Rubric(
                 "snapshots show what holds memory"),
     ),
     misconceptions=(
+        Misconception("explains the gap by GB vs GiB units", (
+            rf"(?:reports?|shows?|counts?|uses?|in) (?:gib|gb|mib|mb) {G(3)}(?:while|whereas|but|and) "
+            rf"{G(3)}(?:reports?|shows?|counts?|uses?|in) (?:gib|gb|mib|mb)",
+            rf"(?:units?|gib vs gb|gb vs gib|gib and gb|gb and gib) {G(3)}(?:is|are|explain\w*) "
+            rf"{G(2)}(?:the )?(?:whole )?(?:difference|gap)",
+        ), 0.4, "units explain a few percent at most; the gap is the allocator's cache and the CUDA "
+                "context", fatal=True),
         Misconception("calls the gap a memory leak", (
             rf"(?:allocator|pytorch|cache|caching|memory|tensors?|it|context) {G(2)}leak(?:s|ing|ed)?\b",
             rf"(?:is|it is|this is|that is|must be|indicates?|means?|sign of|due to|caused by|"
@@ -893,8 +928,12 @@ SHARDING_WHEN_WHY = Rubric(
         ), 1.0, "say how sharding helps: the optimizer state, gradients and parameters are "
                 "partitioned, each GPU keeps about 1/N"),
         Concept("the cost: communication (all-gather / reduce-scatter), bubbles, complexity", (
-            r"communicat\w*|all ?gather\w*|reduce ?scatter\w*|all ?reduce\w*|bandwidth|"
-            r"interconnect|nvlink|infiniband|network",
+            r"communicat\w*|all ?gather\w*|reduce ?scatter\w*|all ?reduce\w*",
+            r"(?:over|through|across|on) (?:the )?(?:network|interconnect|nvlink|infiniband)",
+            r"(?:bandwidth|network|interconnect) (?:cost|costs|traffic|bound|limited|overhead|time)",
+            rf"(?:cost|costs|pay|pays|uses|needs|eats|consumes) {G(2)}(?:bandwidth|network|interconnect)",
+            rf"(?:weights|parameters|gradients|shards) {G(4)}(?:gathered|fetched|sent|exchanged|"
+            r"transferred|broadcast)",
             rf"(?:gather|fetch|collect|send|exchang|transfer)\w* {G(3)}(?:parameters?|weights|"
             r"gradients?|shards?|activations?)",
             r"bubbles?|idle (?:time|stages?|gpus?)",
