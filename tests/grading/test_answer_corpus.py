@@ -333,3 +333,22 @@ def test_the_solutions_written_answers_score_full_marks():
                     assert r.score == 1.0 and not r.misconceptions, f"{nb.name}\n{r.report()}"
                     seen.add(rid)
     assert seen == set(_TEXT_ANSWERS.values())
+
+
+def test_reloading_the_facade_reloads_every_part():
+    # 04/05's test cells reload memlab.rubric for "a fresh copy of the grader": with the engine
+    # split into parts, a patched part must not survive that reload (run in a fresh process)
+    import subprocess
+    import sys
+    code = (
+        "import importlib, memlab as ml\n"
+        "import memlab.grading.concepts as c, memlab.grading.quantities as q\n"
+        "ml.rubric\n"
+        "c.grade_rubric = lambda *a, **k: ml.rubric.Result(1.0)\n"
+        "q._parse = lambda *a, **k: (28.0, '', None)\n"
+        "r = importlib.reload(importlib.import_module('memlab.rubric'))\n"
+        "assert r.grade_text('nothing to see', 'checkpointing_cost').score == 0.0\n"
+        "assert r.grade_numeric('1 GB', 28, 'GB').score == 0.0\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
