@@ -38,6 +38,7 @@ CLASSES = {"strong-unusual-wording", "strong-terse", "partial", "confidently-wro
            "typos", "other-order"}
 WRONG_CLASSES = ("confidently-wrong-keywords", "negated")
 HELDOUT_TARGET = 0.95
+pytestmark = pytest.mark.xdist_group("answer_corpus")   # grade the corpus once, on one worker
 WRONG_CAP = 0.2
 
 
@@ -87,7 +88,9 @@ def table(graded: list[dict]) -> str:
 @pytest.fixture(scope="module")
 def graded(request) -> list[dict]:
     result = grade_all()
-    request.config._memlab_corpus_table = table(result)   # printed by conftest.py at the end
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:                      # printed by conftest.py at the end of the run
+        cache.set("memlab/answer_corpus_table", table(result))
     return result
 
 
