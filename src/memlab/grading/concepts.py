@@ -57,7 +57,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from .answers import Result, _as_text, _flagged, _type_name
 from .spelling import Corrector, pattern_words
