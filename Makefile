@@ -114,11 +114,12 @@ $(COMPAT_VENV)/.torch-$(COMPAT_TORCH):
 
 $(COMPAT_VENV)/.course-stamp: $(COMPAT_VENV)/.torch-$(COMPAT_TORCH) README.md pyproject.toml $(COMPAT_SRC)
 	@# README.md's hosted install line, literally; only its repository URL becomes this checkout.
+	@# (build/ goes first: setuptools' in-tree build would ship stale modules left in build/lib.)
 	@line=$$(grep -m1 -E '^ *%pip install .*memlab\[hosted\]' README.md) \
 	  || { echo "README.md has no '%pip install ... memlab[hosted] ...' line (section Hosted notebook)"; exit 1; }; \
 	cmd=$$(printf '%s\n' "$$line" | sed -e 's|^ *%pip|$(COMPAT_PY) -m pip|' -e 's|git+[a-z]*://[^" ]*|file://$(CURDIR)|'); \
 	echo "README step: $$line"; echo "run:         $$cmd"; \
-	$(COMPAT_PY) -m pip uninstall -q -y memlab >/dev/null 2>&1; eval "$$cmd"
+	$(COMPAT_PY) -m pip uninstall -q -y memlab >/dev/null 2>&1; rm -rf build; eval "$$cmd"
 	@# The hosted runtime's Jupyter, stood in for: a kernel, a notebook runner, pytest.
 	$(COMPAT_PY) -m pip install -q pytest==9.2.0 pyyaml ipykernel nbclient nbformat
 	$(COMPAT_PY) -m ipykernel install --sys-prefix --name $(COMPAT_KERNEL) --display-name "Python 3 (compat)"
