@@ -62,6 +62,9 @@ APIS: tuple[Api, ...] = (
         "pytorch/pytorch#125795"),
     Api("torch.amp.GradScaler", "2.3", "03, 05, memlab.amp (GradScaler('cuda') / ('cpu'))",
         "pytorch/pytorch#99301: GradScaler generalised into torch.amp; torch.cuda.amp's deprecated in 2.4"),
+    Api("torch.nn.attention.sdpa_kernel", "2.3", "08 (attention backends)",
+        "pytorch/pytorch#121180 (docs point to the new context manager, March 2024); "
+        "torch.backends.cuda.sdp_kernel deprecated for it"),
     Api("torch.Tensor.register_post_accumulate_grad_hook", "2.1", "08 (optimizer step in backward)",
         "https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html"),
     Api("torch.cuda.memory._record_memory_history", "2.1", "01 (CUDA memory snapshot)",
