@@ -36,6 +36,16 @@ import importlib.abc
 import importlib.util
 import sys
 
+from .measure import compat as _compat
+
+# Before anything else can fail on an unsupported torch (a notebook's own imports, memlab's):
+# say once, on stderr, what is missing and what to do. The first cell's versions_banner() then
+# stops with the same message (memlab.measure.compat).
+if _compat.parse_version(__import__("torch").__version__) < _compat.parse_version(_compat.TORCH_RANGE[0]):
+    import warnings as _warnings
+
+    _warnings.warn(_compat.check().message(), _compat.UnsupportedTorchWarning, stacklevel=2)
+
 from .measure import formulas, models
 from .measure.breakdown import (SavedActivations, StepReport, grad_bytes, optimizer_state_bytes,
                                 param_bytes, saved_activation_bytes, training_step_breakdown)
@@ -64,7 +74,8 @@ __all__ = [
 # module lives. ``ml.<name>`` loads on first use; ``import memlab.<name>`` gives the very
 # same module object (so ``importlib.reload`` and the grading guard see one module).
 MODULES = {
-    "device": "measure.device", "units": "measure.units", "tracker": "measure.tracker",
+    "device": "measure.device", "compat": "measure.compat", "units": "measure.units",
+    "tracker": "measure.tracker",
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
     "visible": "measure.visible",
@@ -76,7 +87,7 @@ MODULES = {
     "rubric": "grading.rubric", "rubric_bank": "grading.rubric_bank",
     "interview": "grading.interview", "grade_class": "grading.grade_class",
     "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
-    "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck",
+    "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck", "hostedcheck": "tools.hostedcheck",
 }
 _SUBPACKAGES = {"measure", "lessons", "grading", "tools"}
 

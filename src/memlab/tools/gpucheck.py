@@ -116,7 +116,12 @@ def summarize_executed(nb: Mapping[str, Any]) -> dict[str, Any]:
             text = "".join(text) if isinstance(text, list) else text
             if PEAK_MARKER in text:
                 peak = json.loads(text.split(PEAK_MARKER, 1)[1].strip().splitlines()[0])
-    return {"errors": errors, "graded_tests": tests, "kernel_peak": peak}
+    first = next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
+    first_stdout = "".join(
+        "".join(o.get("text", "")) for o in (first or {}).get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    return {"errors": errors, "graded_tests": tests, "kernel_peak": peak,
+            "first_cell_stdout": first_stdout}
 
 
 def run_notebook(path: Path, *, cell_timeout: int = 600, kernel_name: str = "python3",
