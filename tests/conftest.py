@@ -69,6 +69,8 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     if _MUTANT_TEST not in report.nodeid:
         return
+    if report.skipped:  # deselected by MEMLAB_MUTANTS: not part of this corpus run
+        return
     if report.when == "call":
         props = dict(report.user_properties).get("mutant")
         _results[report.nodeid] = dict(props or {}, caught=bool(props and props["caught"] and report.passed))

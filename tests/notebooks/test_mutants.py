@@ -154,7 +154,7 @@ def corpus_grades(tmp_path_factory):
             cache[assignment] = _grade_assignment(assignment, tmp_path_factory.mktemp(f"mutants-{assignment}"))
             g = cache[assignment]
             jobs = sorted(g.job_seconds.values())
-            print(f"\n{assignment}: graded {len(CORPUS[assignment])} mutants + control in {g.seconds:.0f} s "
+            print(f"\n{assignment}: graded {len(g.scores) - 1} mutants + control in {g.seconds:.0f} s "
                   f"(per submission: median {jobs[len(jobs) // 2]:.0f} s, max {jobs[-1]:.0f} s)")
         return cache[assignment]
 
