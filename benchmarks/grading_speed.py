@@ -133,6 +133,7 @@ def main() -> None:
         if args.cold:
             runs.append(("2 local, cold", GradeSettings(workers=2, resume=False, warm=False)))
         per_assignment: dict[str, float] = {}
+        cpu_per_assignment: dict[str, float] = {}
         for label, settings in runs:
             report = grade_class(subs, config_path=config, out=tmp / "report", settings=settings, progress=False)
             bad = [r for r in report.results if r["score"] != r["max_score"]]
@@ -153,6 +154,9 @@ def main() -> None:
                 for name in names:
                     secs = [r["seconds"] for r in report.results if r["assignment"] == name]
                     per_assignment[name] = sum(secs) / len(secs) / 2  # wall share with 2 workers
+                    cpu = [r.get("timings", {}).get("cpu") for r in report.results if r["assignment"] == name]
+                    if all(c is not None for c in cpu):
+                        cpu_per_assignment[name] = sum(cpu) / len(cpu)
                 two_rate = rate
         _stop(procs)
         procs = []
@@ -162,6 +166,13 @@ def main() -> None:
         print(f"projected, 100 students x {len(every)} assignments ({100 * len(every)} submissions), "
               f"2 local workers: {projected / 60:.0f} min from per-assignment job times "
               f"({projected_rate / 60:.0f} min at the measured rate; target < 30 min on 2 cores)")
+        if cpu_per_assignment:
+            cmean = sum(cpu_per_assignment.values()) / len(cpu_per_assignment)
+            cpu_total = 100 * sum(cpu_per_assignment.get(a, cmean) for a in every)
+            print(f"CPU seconds per submission (job process + its kernel): " + ", ".join(
+                f"{a[:2]} {c:.1f}" for a, c in sorted(cpu_per_assignment.items())))
+            print(f"projected on an idle 2-core machine (CPU time / 2 cores, independent of load): "
+                  f"{cpu_total / 2 / 60:.0f} min for 100 x {len(every)} (target < 30 min)")
         if set(every) - set(names):
             print(f"  (not benchmarked, projected at the mean: {', '.join(sorted(set(every) - set(names)))})")
         if args.resume:

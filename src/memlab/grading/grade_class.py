@@ -692,6 +692,13 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1) -> None:
         result = _failed_result(job, f"grader error ({type(exc).__name__}: {_first_line(exc, 120)}): scores 0", 0.0)
     finally:
         _WarmKernels.discard()
+    import resource
+
+    # CPU seconds of this job: this process (reset at fork) and its reaped kernels. Unlike the
+    # wall time it does not grow with the machine's load (benchmarks/grading_speed.py).
+    ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    if isinstance(result.get("timings"), dict):
+        result["timings"]["cpu"] = round(sum(r.ru_utime + r.ru_stime for r in ru), 2)
     tmp = jobdir_p / "result.tmp"
     with open(tmp, "wb") as fh:
         pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
