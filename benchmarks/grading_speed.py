@@ -105,6 +105,7 @@ def main() -> None:
     parser.add_argument("--no-dask", action="store_true", help="skip the Dask cluster")
     parser.add_argument("--cold", action="store_true", help="also 2 workers without the warm fork")
     parser.add_argument("--resume", action="store_true", help="also interrupt and resume a batch")
+    parser.add_argument("--runs", default="1,2,dask", help="which of 1,2,dask to run (default all)")
     args = parser.parse_args()
     every = _all_assignments()
     names = every if args.assignments == "all" else args.assignments.split(",")
@@ -125,9 +126,11 @@ def main() -> None:
         n = args.students * len(names)
         print(f"{args.students} students x {len(names)} assignments = {n} submissions per run, "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-        runs = [("1 local worker", GradeSettings(workers=1, resume=False)),
-                ("2 local workers", GradeSettings(workers=2, resume=False))]
-        if not args.no_dask:
+        wanted = set(args.runs.split(","))
+        runs = [(label, s) for key, label, s in (
+            ("1", "1 local worker", GradeSettings(workers=1, resume=False)),
+            ("2", "2 local workers", GradeSettings(workers=2, resume=False))) if key in wanted]
+        if not args.no_dask and "dask" in wanted:
             address, procs = _start_dask(tmp, 2)
             runs.append(("Dask, 2 workers", GradeSettings(scheduler=address, resume=False)))
         if args.cold:
@@ -160,12 +163,13 @@ def main() -> None:
                 two_rate = rate
         _stop(procs)
         procs = []
-        mean = sum(per_assignment.values()) / len(per_assignment)
-        projected = 100 * sum(per_assignment.get(a, mean) for a in every)
-        projected_rate = 100 * len(every) / (two_rate / 60)
-        print(f"projected, 100 students x {len(every)} assignments ({100 * len(every)} submissions), "
-              f"2 local workers: {projected / 60:.0f} min from per-assignment job times "
-              f"({projected_rate / 60:.0f} min at the measured rate; target < 30 min on 2 cores)")
+        if per_assignment:
+            mean = sum(per_assignment.values()) / len(per_assignment)
+            projected = 100 * sum(per_assignment.get(a, mean) for a in every)
+            projected_rate = 100 * len(every) / (two_rate / 60)
+            print(f"projected, 100 students x {len(every)} assignments ({100 * len(every)} submissions), "
+                  f"2 local workers, at this load: {projected / 60:.0f} min from per-assignment job times "
+                  f"({projected_rate / 60:.0f} min at the measured rate; target < 30 min on 2 cores)")
         if cpu_per_assignment:
             cmean = sum(cpu_per_assignment.values()) / len(cpu_per_assignment)
             cpu_total = 100 * sum(cpu_per_assignment.get(a, cmean) for a in every)
@@ -175,7 +179,7 @@ def main() -> None:
                   f"{cpu_total / 2 / 60:.0f} min for 100 x {len(every)} (target < 30 min)")
         if set(every) - set(names):
             print(f"  (not benchmarked, projected at the mean: {', '.join(sorted(set(every) - set(names)))})")
-        if args.resume:
+        if args.resume and per_assignment:
             seconds, graded, skipped = _resume_run(config, subs, tmp / "resume_report", n)
             print(f"resume after Ctrl-C at half the batch: {seconds:.1f} s, graded {graded} missing, "
                   f"skipped {skipped} already graded (full batch at 2 workers: {n / two_rate * 60:.1f} s)")
