@@ -179,10 +179,10 @@ def main() -> None:
                   f"{cpu_total / 2 / 60:.0f} min for 100 x {len(every)} (target < 30 min)")
         if set(every) - set(names):
             print(f"  (not benchmarked, projected at the mean: {', '.join(sorted(set(every) - set(names)))})")
-        if args.resume and per_assignment:
+        if args.resume:
             seconds, graded, skipped = _resume_run(config, subs, tmp / "resume_report", n)
-            print(f"resume after Ctrl-C at half the batch: {seconds:.1f} s, graded {graded} missing, "
-                  f"skipped {skipped} already graded (full batch at 2 workers: {n / two_rate * 60:.1f} s)")
+            print(f"resume after Ctrl-C at half the batch (2 local workers): {seconds:.1f} s, graded "
+                  f"{graded} missing, skipped {skipped} already graded")
     finally:
         _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
