@@ -105,6 +105,7 @@ def main() -> None:
     parser.add_argument("--no-dask", action="store_true", help="skip the Dask cluster")
     parser.add_argument("--cold", action="store_true", help="also 2 workers without the warm fork")
     parser.add_argument("--resume", action="store_true", help="also interrupt and resume a batch")
+    parser.add_argument("--runs", default="1,2,dask", help="which of 1,2,dask to run (default all)")
     args = parser.parse_args()
     every = _all_assignments()
     names = every if args.assignments == "all" else args.assignments.split(",")
@@ -125,14 +126,17 @@ def main() -> None:
         n = args.students * len(names)
         print(f"{args.students} students x {len(names)} assignments = {n} submissions per run, "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-        runs = [("1 local worker", GradeSettings(workers=1, resume=False)),
-                ("2 local workers", GradeSettings(workers=2, resume=False))]
-        if not args.no_dask:
+        wanted = set(args.runs.split(","))
+        runs = [(label, s) for key, label, s in (
+            ("1", "1 local worker", GradeSettings(workers=1, resume=False)),
+            ("2", "2 local workers", GradeSettings(workers=2, resume=False))) if key in wanted]
+        if not args.no_dask and "dask" in wanted:
             address, procs = _start_dask(tmp, 2)
             runs.append(("Dask, 2 workers", GradeSettings(scheduler=address, resume=False)))
         if args.cold:
             runs.append(("2 local, cold", GradeSettings(workers=2, resume=False, warm=False)))
         per_assignment: dict[str, float] = {}
+        cpu_per_assignment: dict[str, float] = {}
         for label, settings in runs:
             report = grade_class(subs, config_path=config, out=tmp / "report", settings=settings, progress=False)
             bad = [r for r in report.results if r["score"] != r["max_score"]]
@@ -153,21 +157,32 @@ def main() -> None:
                 for name in names:
                     secs = [r["seconds"] for r in report.results if r["assignment"] == name]
                     per_assignment[name] = sum(secs) / len(secs) / 2  # wall share with 2 workers
+                    cpu = [r.get("timings", {}).get("cpu") for r in report.results if r["assignment"] == name]
+                    if all(c is not None for c in cpu):
+                        cpu_per_assignment[name] = sum(cpu) / len(cpu)
                 two_rate = rate
         _stop(procs)
         procs = []
-        mean = sum(per_assignment.values()) / len(per_assignment)
-        projected = 100 * sum(per_assignment.get(a, mean) for a in every)
-        projected_rate = 100 * len(every) / (two_rate / 60)
-        print(f"projected, 100 students x {len(every)} assignments ({100 * len(every)} submissions), "
-              f"2 local workers: {projected / 60:.0f} min from per-assignment job times "
-              f"({projected_rate / 60:.0f} min at the measured rate; target < 30 min on 2 cores)")
+        if per_assignment:
+            mean = sum(per_assignment.values()) / len(per_assignment)
+            projected = 100 * sum(per_assignment.get(a, mean) for a in every)
+            projected_rate = 100 * len(every) / (two_rate / 60)
+            print(f"projected, 100 students x {len(every)} assignments ({100 * len(every)} submissions), "
+                  f"2 local workers, at this load: {projected / 60:.0f} min from per-assignment job times "
+                  f"({projected_rate / 60:.0f} min at the measured rate; target < 30 min on 2 cores)")
+        if cpu_per_assignment:
+            cmean = sum(cpu_per_assignment.values()) / len(cpu_per_assignment)
+            cpu_total = 100 * sum(cpu_per_assignment.get(a, cmean) for a in every)
+            print(f"CPU seconds per submission (job process + its kernel): " + ", ".join(
+                f"{a[:2]} {c:.1f}" for a, c in sorted(cpu_per_assignment.items())))
+            print(f"projected on an idle 2-core machine (CPU time / 2 cores, independent of load): "
+                  f"{cpu_total / 2 / 60:.0f} min for 100 x {len(every)} (target < 30 min)")
         if set(every) - set(names):
             print(f"  (not benchmarked, projected at the mean: {', '.join(sorted(set(every) - set(names)))})")
         if args.resume:
             seconds, graded, skipped = _resume_run(config, subs, tmp / "resume_report", n)
-            print(f"resume after Ctrl-C at half the batch: {seconds:.1f} s, graded {graded} missing, "
-                  f"skipped {skipped} already graded (full batch at 2 workers: {n / two_rate * 60:.1f} s)")
+            print(f"resume after Ctrl-C at half the batch (2 local workers): {seconds:.1f} s, graded "
+                  f"{graded} missing, skipped {skipped} already graded")
     finally:
         _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -242,3 +242,24 @@ def test_read_tree_skips_links_and_checkpoints(tmp_path):
     (tmp_path / "s" / ".ipynb_checkpoints" / "a-checkpoint.ipynb").write_text("{}")
     (tmp_path / "s" / "link").symlink_to("/etc/passwd")
     assert _read_tree(tmp_path / "s") == {"a.ipynb": b"{}"}
+
+
+@pytest.mark.slow
+def test_dask_executor_sends_each_assignment_its_own_course_files(monkeypatch):
+    """The course bundle goes to the cluster once per assignment; two assignments must not
+    share one (a dict given to scatter() would become the cluster's data keys)."""
+    distributed = pytest.importorskip("distributed")
+    from memlab.grading import grade_class as gc
+
+    monkeypatch.setattr(gc, "grade_job", lambda job: (job["assignment"], job["course"]["assignment"]))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster:
+        ex = gc._Executor(GradeSettings(scheduler=cluster.scheduler_address), 2)
+        try:
+            futures = [ex.submit({"student": "s", "assignment": a, "digest": "d" * 8,
+                                  "course": {"assignment": a, "config": "", "release": {a: b"x"}}})
+                       for a in ("00_x", "01_y", "00_x")]
+            assert [f.result(timeout=60) for f in futures] == [("00_x", "00_x"), ("01_y", "01_y"),
+                                                              ("00_x", "00_x")]
+        finally:
+            ex.close()
