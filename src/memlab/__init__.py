@@ -26,6 +26,8 @@ This module is the facade learners use:
 - plotting:   :func:`plot_timeline`
 - modules:    ``ml.formulas``, ``ml.models``, ``ml.checkpointing``, ``ml.amp``, ``ml.rubric``,
               ... (loaded on first use, so ``import memlab`` stays fast for the autograder)
+- notebooks:  :class:`visible_test` (a visible test cell with nbgrader's verdict: stderr or a
+              warning fails it), :class:`waiting_for` (a demo cell waits for an exercise)
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from .measure.plots import plot_timeline
 from .measure.tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint,
                               measure_peak, storage_bytes)
 from .measure.units import GB, GiB, KiB, MiB, fmt_bytes
+from .visible import visible_test, waiting_for
 
 __version__ = "0.1.0"
 
@@ -54,6 +57,7 @@ __all__ = [
     "CUDA_ROUNDING", "SavedActivations", "StepReport", "grad_bytes", "optimizer_state_bytes",
     "param_bytes", "saved_activation_bytes", "training_step_breakdown", "memory_budget",
     "estimate_training_step", "plot_timeline", "formulas", "models",
+    "visible_test", "waiting_for",
 ]
 
 # The short names notebooks use (``ml.amp``, ``import memlab.tracker``, ...) -> where each
