@@ -46,7 +46,7 @@ from .measure.plots import plot_timeline
 from .measure.tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint,
                               measure_peak, storage_bytes)
 from .measure.units import GB, GiB, KiB, MiB, fmt_bytes
-from .visible import visible_test, waiting_for
+from .measure.visible import visible_test, waiting_for
 
 __version__ = "0.1.0"
 
@@ -67,9 +67,11 @@ MODULES = {
     "device": "measure.device", "units": "measure.units", "tracker": "measure.tracker",
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
+    "visible": "measure.visible",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",
+    "levers": "lessons.levers", "serving": "lessons.serving",
     "rubric": "grading.rubric", "rubric_bank": "grading.rubric_bank",
     "interview": "grading.interview", "grade_class": "grading.grade_class",
     "instructor": "grading.instructor", "grading_kernel": "grading.kernel",

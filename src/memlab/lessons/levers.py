@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..breakdown import SavedActivations, optimizer_state_bytes
-from ..timing import median_time
-from ..tracker import MemoryTracker, storage_bytes
+from ..measure.breakdown import SavedActivations, optimizer_state_bytes
+from ..measure.timing import median_time
+from ..measure.tracker import MemoryTracker, storage_bytes
 
 __all__ = [
     "eager_attention", "sdpa_attention", "sdpa_backend", "attention_saved_bytes",

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..timing import timed_call
-from ..tracker import MemoryTracker, storage_bytes, tensors_of
+from ..measure.timing import timed_call
+from ..measure.tracker import MemoryTracker, storage_bytes, tensors_of
 
 __all__ = [
     "forward_memory", "ForwardMemory", "generate", "step_times", "TinyDecoder", "GQAttention",
