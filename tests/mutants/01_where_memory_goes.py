@@ -50,8 +50,9 @@ MUTANTS = [
         lose=("test_count_optimizer_state_bytes_hidden",), says="torch.is_tensor", klass=1,
         why="assumes every optimizer.state value is a tensor; the text says some are not (ints, floats, None)"),
     Mutant(
-        id="opt_skip_step", cell="count_optimizer_state_bytes", find=_OPT_IF,
-        replace=("            if torch.is_tensor(value) and key != 'step':\n"
+        id="opt_skip_step", cell="count_optimizer_state_bytes", find="        for value in state.values():\n" + _OPT_IF,
+        replace=("        for key, value in state.items():\n"
+                 "            if torch.is_tensor(value) and key != 'step':\n"
                  "                n_bytes += value.numel() * value.element_size()"),
         lose=("test_count_optimizer_state_bytes", "test_count_optimizer_state_bytes_hidden"), says="'step'",
         klass=0, why="leaves out Adam's step counters (a tensor per parameter since torch 1.12)"),

@@ -17,7 +17,7 @@ the full solution notebooks are graded by tests/test_nbgrader_pipeline.py.
 
 Workers: ``MEMLAB_MUTANT_WORKERS`` (default: one per core). The tests of one assignment share one
 ``xdist_group`` (run with ``-n 2 --dist loadgroup`` the assignments grade in parallel, each
-once). The session prints ``mutation corpus: N mutants, M caught`` (tests/notebooks/conftest.py).
+once). The session prints ``mutation corpus: N mutants, M caught`` (tests/conftest.py).
 Marked ``slow``.
 """
 from __future__ import annotations
@@ -78,17 +78,11 @@ def _output_text(cell) -> str:
 
 
 def _grade_assignment(assignment: str, base: Path) -> Graded:
-    from memlab import grade_class, instructor
+    from conftest import make_course  # tests/conftest.py
+    from memlab.grading import grade_class
 
-    # the course: this assignment's solutions and the course config, released
-    root = base / "course"
-    shutil.copytree(SOLUTIONS / assignment, root / "solutions" / assignment,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    (root / "autograder").mkdir()
-    config = root / "autograder" / "nbgrader_config.py"
-    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", config)
-    api = instructor.make_api(config)
-    instructor.release([assignment], api=api)
+    api = make_course(base / "course", [assignment])  # this assignment's solutions + config, released
+    config = base / "course" / "autograder" / "nbgrader_config.py"
     released = Path(api.coursedir.format_path(api.coursedir.release_directory, ".", assignment))
 
     # the submissions: a control student and one student per mutant
