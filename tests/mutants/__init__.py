@@ -26,9 +26,11 @@ Fields:
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import importlib.util
 import re
+import symtable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +171,53 @@ def answers_needed(solution_nb, mutant: Mutant | None) -> set[str] | None:
     return need
 
 
+def _free_names(source: str) -> set[str]:
+    """Names a cell reads from the notebook's globals (not bound in the cell or its functions)."""
+    try:
+        top = symtable.symtable(strip_solution_markers(source), "<cell>", "exec")
+    except SyntaxError:
+        return set()
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    free: set[str] = set()
+
+    def walk(table) -> None:
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (table is top or sym.is_global()) and sym.get_name() not in bound:
+                free.add(sym.get_name())
+        for child in table.get_children():
+            walk(child)
+
+    walk(top)
+    return free
+
+
+def _setup_cells_needed(solution_nb) -> set[str]:
+    """grade_ids of the read-only code cells that define names the graded cells (answers and
+    tests, hidden parts included) read from the notebook, transitively: 05's ``SPEC``,
+    ``BUDGETS`` and ``ref``, 06's ``runs``. They stay in a trimmed submission; the other demo
+    cells are left out."""
+    code = [c for c in solution_nb.cells if c.cell_type == "code"]
+    graded = [c for c in code[1:] if _meta(c).get("solution") or _meta(c).get("grade")]
+    other = [c for c in code[1:] if not (_meta(c).get("solution") or _meta(c).get("grade"))]
+    provided = set(dir(builtins)) | (_names(code[0].source)[0] if code else set())
+    for c in graded:
+        provided |= _names(c.source)[0]
+    wanted = set()
+    for c in graded:
+        wanted |= _free_names(c.source) - provided
+    keep: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for c in other:
+            gid = _meta(c).get("grade_id")
+            if gid and gid not in keep and _names(c.source)[0] & wanted:
+                keep.add(gid)
+                wanted |= _free_names(c.source) - provided
+                grew = True
+    return keep
+
+
 def submission(solution_nb, released_nb, mutant: Mutant | None = None):
     """What the grader receives for ``mutant`` (None: the control, the solution typed in).
 
@@ -184,6 +233,7 @@ def submission(solution_nb, released_nb, mutant: Mutant | None = None):
                if _meta(c).get("solution") and _meta(c).get("grade_id")}
     need = answers_needed(solution_nb, mutant)
     nb = copy.deepcopy(released_nb)
+    setup_cells = _setup_cells_needed(source_nb)
     seen, cells, first_code = set(), [], True
     for cell in nb.cells:
         m = _meta(cell)
@@ -192,7 +242,8 @@ def submission(solution_nb, released_nb, mutant: Mutant | None = None):
             seen.add(gid)
             if need is None or gid in need:
                 cell.source = strip_solution_markers(answers[gid])
-        keep = (cell.cell_type != "code" or first_code or m.get("solution") or m.get("grade"))
+        keep = (cell.cell_type != "code" or first_code or m.get("solution") or m.get("grade")
+                or gid in setup_cells)
         if cell.cell_type == "code":
             first_code = False
         if keep:

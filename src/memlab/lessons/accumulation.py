@@ -28,7 +28,9 @@ torch.optim.Optimizer.register_step_pre_hook; torch.amp.GradScaler.
 """
 from __future__ import annotations
 
+import inspect
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -42,7 +44,7 @@ __all__ = [
     "micro_batch_sizes", "group_sizes", "full_batch_gradients", "current_gradients",
     "max_abs_diff", "classifier", "NORMS", "normed_classifier", "toy_classification",
     "padded_lm_batch", "lm_loss", "Event", "TrainingSpy", "check_micro_batches",
-    "check_accumulation", "skip_until_written", "peak_increase", "time_per_call",
+    "check_accumulation", "graded_call", "skip_until_written", "peak_increase", "time_per_call",
 ]
 
 
@@ -178,6 +180,8 @@ class Event:
     grad_norm: float | None = None   # step: total 2-norm of the gradients it is about to apply
     lr: float | None = None          # step: learning rate of param group 0
     inside_scaler_step: bool = False
+    out_dtype: torch.dtype | None = None  # forward: dtype of the model's output
+    other_scaler: bool = False       # step: run by a GradScaler that is not the one watched
 
 
 _SHORT = {"forward": "F", "backward": "B", "zero_grad": "Z", "step": "S", "scheduler": "L",
@@ -269,6 +273,11 @@ class TrainingSpy:
         out = output
         while isinstance(out, (tuple, list)) and out:
             out = out[0]
+        if isinstance(out, torch.Tensor):
+            for e in reversed(self.events):
+                if e.kind == "forward" and e.index == index:
+                    e.out_dtype = out.dtype
+                    break
         if isinstance(out, torch.Tensor) and out.requires_grad:
             def on_backward(grad, index=index):
                 self._log(Event("backward", index=index))
@@ -283,7 +292,8 @@ class TrainingSpy:
                 if p.grad is not None:
                     sq += float(p.grad.detach().double().pow(2).sum())
         self._log(Event("step", grad_norm=math.sqrt(sq), lr=float(optimizer.param_groups[0]["lr"]),
-                        inside_scaler_step=self._in_scaler_step))
+                        inside_scaler_step=self._in_scaler_step,
+                        other_scaler=not self._in_scaler_step and _called_by_a_grad_scaler()))
         return None
 
     def _patch(self, obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
@@ -356,6 +366,20 @@ class TrainingSpy:
             del self.model._memlab_spy_index
 
 
+def _called_by_a_grad_scaler() -> bool:
+    """Is a ``GradScaler.step`` on the call stack (a scaler the spy does not watch)?"""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            if frame.f_code.co_name == "step" and isinstance(owner, torch.amp.GradScaler):
+                return True
+            frame = frame.f_back
+        return False
+    finally:
+        del frame
+
+
 def check_micro_batches(spy: TrainingSpy, sizes: Sequence[int]) -> list[str]:
     """What is wrong with how the micro-batches went through the model (empty list: nothing).
 
@@ -400,8 +424,12 @@ def check_micro_batches(spy: TrainingSpy, sizes: Sequence[int]) -> list[str]:
     return []
 
 
+_UNCHECKED: Any = object()
+
+
 def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int, *,
-                       scaler: bool = False, max_norm: float | None = None) -> list[str]:
+                       scaler: bool = False, max_norm: float | None = None,
+                       amp_dtype: Any = _UNCHECKED) -> list[str]:
     """What is wrong with the loop ``spy`` watched, as sentences that say what to fix
     (an empty list: nothing found).
 
@@ -412,7 +440,10 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
     only at a group boundary and clean gradients when a group starts; one scheduler step per
     optimizer step, after it; with a scaler: scale on every micro-batch, and per group one
     unscale_ (before clipping), one scaler.step (never optimizer.step directly), one update after
-    it; with ``max_norm``: gradient norm at every step <= max_norm.
+    it; with ``max_norm``: gradient norm at every step <= max_norm. With ``amp_dtype`` given
+    (``None`` included: then no autocast): the model's output dtype in every forward is
+    ``amp_dtype`` (``float32`` for ``None``), so autocast really ran at the requested precision
+    on this device.
     """
     sizes = [int(s) for s in sizes]
     n = len(sizes)
@@ -429,6 +460,22 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
         return problems
     pos_f = {e.index: i for i, e in enumerate(ev) if e.kind == "forward"}
     pos_b = {e.index: i for i, e in enumerate(ev) if e.kind == "backward"}
+
+    if amp_dtype is not _UNCHECKED:
+        want = torch.float32 if amp_dtype is None else amp_dtype
+        got = [e.out_dtype for e in ev if e.kind == "forward"]
+        if any(d != want for d in got):
+            bad = next(d for d in got if d != want)
+            if amp_dtype is None:
+                problems.append(f"amp_dtype=None, but the model's output was {bad}: None means no "
+                                "autocast (torch.autocast(..., enabled=amp_dtype is not None); "
+                                "autocast with dtype=None picks a 16-bit default).")
+            else:
+                problems.append(f"amp_dtype={amp_dtype}, but the model's output was {bad}: autocast "
+                                f"did not run in {amp_dtype} on this {spy_device(spy)} device. Use "
+                                "torch.autocast(next(model.parameters()).device.type, "
+                                "dtype=amp_dtype): autocast hard-coded to 'cuda' disables itself "
+                                "without CUDA, and a fixed dtype ignores the argument.")
 
     steps = [i for i, e in enumerate(ev) if e.kind == "step"]
     if len(steps) != len(groups):
@@ -494,6 +541,13 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
             if c != len(groups):
                 problems.append(f"{what} ran {c} times, expected once per optimizer step "
                                 f"({len(groups)}).")
+        if any(e.kind == "step" and e.other_scaler for e in ev) or (
+                steps and not any(e.kind in ("scale", "scaler.step") for e in ev)):
+            problems.insert(0, "the GradScaler passed in as `scaler` was never used: use that "
+                            "object (scaler.scale, scaler.step, scaler.update), do not build your "
+                            "own GradScaler inside the function (the caller owns its scale and "
+                            "state across epochs).")
+            return problems
         if any(e.kind == "step" and not e.inside_scaler_step for e in ev):
             problems.append("optimizer.step() was called directly: with a GradScaler call "
                             "scaler.step(optimizer), which skips the step when a gradient is "
@@ -534,6 +588,91 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
                                 "stepping.")
                 break
     return problems
+
+
+def spy_device(spy: TrainingSpy) -> str:
+    """The device type of the watched model's parameters ("cpu" without a model)."""
+    if spy.model is None:
+        return "cpu"
+    p = next(iter(spy.model.parameters()), None)
+    return p.device.type if p is not None else "cpu"
+
+
+# ------------------------------------------------------- a graded call, explained
+# A raw library error or warning, and what it means in a learner's accumulation code.
+_ERROR_HINTS = (
+    ("No inf checks were recorded prior to update",
+     "scaler.update() ran with no scaler.step(optimizer) before it: call scaler.update() once "
+     "per optimizer step, right after scaler.step(optimizer), never after every micro-batch"),
+    ("unscale_() has already been called on this optimizer",
+     "scaler.unscale_(optimizer) ran twice in one step: call it once per optimizer step, after "
+     "the group's last backward and before clipping"),
+    ("Attempting to unscale FP16 gradients",
+     "the parameters themselves are fp16: keep fp32 parameters and let autocast cast"),
+    ("object has no attribute 'step'",
+     "an argument the contract says may be None (the scheduler) was called anyway: guard it "
+     "with `if scheduler is not None:`"),
+    ("'NoneType' object has no attribute",
+     "an argument the contract says may be None (scheduler, scaler) was used anyway: guard "
+     "every use with `if ... is not None:`"),
+    ("out of bounds",
+     "a padding target reached the loss as a class index: pass ignore_index on to the loss "
+     "(acc.lm_loss(logits, y, ignore_index, reduction=\"sum\") or "
+     "F.cross_entropy(..., ignore_index=ignore_index))"),
+    ("does not require grad and does not have a grad_fn",
+     "the loss has no graph: the forward ran under torch.no_grad() or its output was detached; "
+     "run the forward with gradients enabled"),
+    ("backward through the graph a second time",
+     "backward() ran twice through one micro-batch's graph: call it once per micro-batch loss"),
+)
+_WARNING_HINTS = (
+    ("Disabling autocast",
+     "torch.autocast on a device type this machine does not have turns itself off and runs in "
+     "fp32: use the model's device type, next(model.parameters()).device.type"),
+    ("requires_grad=True to a scalar",
+     "float(loss) on a tensor that requires grad: use loss.item() or float(loss.detach())"),
+    ("torch.cuda.amp",
+     "torch.cuda.amp.* is deprecated and CUDA-only: use torch.autocast(device_type, ...) and "
+     "torch.amp.GradScaler(device_type)"),
+)
+# Warnings that are not the learner's fault: a step skipped by GradScaler (inf/NaN in the first
+# iterations) makes the scheduler warn about its order (pytorch/pytorch#44511).
+_HARMLESS_WARNINGS = ("lr_scheduler.step()",)
+
+
+def graded_call(fn: Callable[..., Any], *args: Any, what: str = "", **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` for a graded test: a known library error is re-raised as an
+    ``AssertionError`` that names its usual cause in learner code, and any warning raised during
+    the call (torch's warn-once warnings included) fails the test with what it means; nothing
+    is swallowed. Harmless warnings (the scheduler-order false alarm after a skipped fp16 step)
+    are ignored. ``what`` describes the inputs, for the message."""
+    prefix = f"{what}: " if what else ""
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - re-raised, with a hint when one is known
+                text = f"{type(exc).__name__}: {exc}"
+                for pattern, hint in _ERROR_HINTS:
+                    if pattern in str(exc):
+                        raise AssertionError(f"{prefix}your code raised {text} -> {hint}") from None
+                raise
+    finally:
+        torch.set_warn_always(warn_always)
+    bad = [w for w in caught if not any(h in str(w.message) for h in _HARMLESS_WARNINGS)]
+    if bad:
+        lines = []
+        for w in bad[:3]:
+            msg = str(w.message).strip().splitlines()[0]
+            hint = next((h for p, h in _WARNING_HINTS if p in str(w.message)),
+                        "a warning means the code did not do what it claims: fix its cause")
+            lines.append(f"{w.category.__name__}: {msg} -> {hint}")
+        raise AssertionError(f"{prefix}your code raised a warning, which the grader counts as a "
+                             "failure: " + " | ".join(lines))
+    return result
 
 
 # ------------------------------------------------------------------------ measuring

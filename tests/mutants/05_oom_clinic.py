@@ -1,0 +1,138 @@
+"""Mutants of 05_oom_clinic (see tests/mutants/__init__.py).
+
+The hidden test draws budgets at random between the measured peaks of the configurations (a
+fixed seed), for another job of effective batch 12, so that no fixed configuration and no
+shortcut that happens to work for the notebook's batch of 16 (divisors 8, 4, 2, 1: halving finds
+them all) passes."""
+from mutants import Mutant
+
+_HIDDEN = "test_configure_hidden"
+_DIVISORS = "for m in range(E - 1, 0, -1) if E % m == 0]"
+_LOOP = "    for config in whole + split:"
+_RAISE = "    raise RuntimeError("
+
+MUTANTS = [
+    Mutant(
+        id="oom_shrink_batch",
+        cell="configure_job",
+        find=_LOOP,
+        replace="    for config in whole + [ml.oom.JobConfig(amp=True, micro_batch=m) for m in (E // 2, E // 4, 1)]:",
+        lose=("test_configure_tight", _HIDDEN),
+        says="lowers the batch",
+        klass=0,
+        why="the reflex the notebook is about: lower the batch until it fits, no accumulation",
+    ),
+    Mutant(
+        id="oom_everything_always",
+        cell="configure_job",
+        find=_LOOP,
+        replace="    for config in split:",
+        lose=("test_configure_loose", _HIDDEN),
+        says="plain job fits",
+        klass=4,
+        why="checkpointing and accumulation whatever the budget: 'checkpointing everything when memory is not binding'",
+    ),
+    Mutant(
+        id="oom_half_twice",
+        cell="configure_job",
+        find=_DIVISORS,
+        replace="for m in (E // 2,)]",
+        lose=(_HIDDEN,),
+        says="largest first",
+        klass=4,
+        why="one fixed answer for the tight case (half the batch, twice), right for the notebook's budgets",
+    ),
+    Mutant(
+        id="oom_smallest_first",
+        cell="configure_job",
+        find=_DIVISORS,
+        replace="for m in range(1, E) if E % m == 0]",
+        lose=(_HIDDEN,),
+        says="largest micro-batch",
+        klass=4,
+        why="tries micro-batch 1 first: always fits, slowest kernels",
+    ),
+    Mutant(
+        id="oom_halving_divisors",
+        cell="configure_job",
+        find=_DIVISORS,
+        replace="for m in (E // 2, E // 4, E // 8, E // 16) if m and E % m == 0]",
+        lose=(_HIDDEN,),
+        says="largest micro-batch",
+        klass=2,
+        why="halves the micro-batch: finds every divisor of 16, skips 4 of 12",
+    ),
+    Mutant(
+        id="oom_no_raise",
+        cell="configure_job",
+        find=_RAISE,
+        replace="    return config\n" + _RAISE,
+        lose=(_HIDDEN,),
+        says="raise RuntimeError",
+        klass=4,
+        why="returns the last configuration tried when nothing fits: runs out of memory later",
+    ),
+    Mutant(
+        id="oom_return_none",
+        cell="configure_job",
+        find=_RAISE,
+        replace="    return None\n" + _RAISE,
+        lose=(_HIDDEN,),
+        says="raise RuntimeError",
+        klass=4,
+        why="returns None when nothing fits instead of raising",
+    ),
+    Mutant(
+        id="oom_assert_instead",
+        cell="configure_job",
+        find=_RAISE,
+        replace="    assert False, (",
+        lose=(_HIDDEN,),
+        says="raise RuntimeError",
+        klass=1,
+        why="the docstring says RuntimeError; an assert (disabled under python -O) is not a clear error",
+    ),
+    Mutant(
+        id="oom_ckpt_before_amp",
+        cell="configure_job",
+        find="ml.oom.JobConfig(amp=True, checkpoint=False, micro_batch=E),",
+        replace="ml.oom.JobConfig(amp=False, checkpoint=True, micro_batch=E),",
+        lose=(_HIDDEN,),
+        says="mixed precision comes first",
+        klass=4,
+        why="checkpointing before mixed precision: the expensive remedy first",
+    ),
+    Mutant(
+        id="oom_accum_before_ckpt",
+        cell="configure_job",
+        find=_LOOP,
+        replace=("    split = [ml.oom.JobConfig(amp=True, micro_batch=m, accumulation_steps=E // m)\n"
+                 "             for m in range(E - 1, 0, -1) if E % m == 0] + split\n"
+                 "    for config in whole[:2] + split + whole[2:]:"),
+        lose=(_HIDDEN,),
+        says="checkpointing comes before accumulation",
+        klass=4,
+        why="accumulation before checkpointing: the notebook's order is amp, checkpointing, accumulation",
+    ),
+    Mutant(
+        id="oom_no_amp",
+        cell="configure_job",
+        find=_LOOP,
+        replace=("    for config in [whole[0]] + [ml.oom.JobConfig(checkpoint=True, micro_batch=m, "
+                 "accumulation_steps=E // m) for m in range(E, 0, -1) if E % m == 0]:"),
+        lose=("test_configure_loose", _HIDDEN),
+        says="mixed precision comes first",
+        klass=4,
+        why="skips mixed precision (fp32 + checkpointing + accumulation)",
+    ),
+    Mutant(
+        id="oom_float_steps",
+        cell="configure_job",
+        find="accumulation_steps=E // m)",
+        replace="accumulation_steps=E / m)",
+        lose=("test_configure_tight", _HIDDEN),
+        says="positive int",
+        klass=0,
+        why="E / m is a float (2.0): 'use plain bool and int values'",
+    ),
+]

@@ -1,0 +1,136 @@
+"""Mutants of 06_sharding (see tests/mutants/__init__.py).
+
+The notebook's own model has even widths on 2 ranks, where most wrong sharding rules give the
+right bytes (d0 // 2 == ceil(d0 / 2), an even split of numel equals a split of rows); the hidden
+tests use odd and tiny widths and 3-4 ranks by the rules."""
+from mutants import Mutant
+
+_P = "predict_rank_bytes"
+_R = "reference_grads"
+_P_HIDDEN = "test_predict_rank_bytes_hidden"
+_R_HIDDEN = "test_reference_grads_hidden"
+_ROWS = "rows = max(0, min(chunk, d0 - rank * chunk))"
+_ZERO1_RANK = "rank = load.index(min(load))"
+
+MUTANTS = [
+    Mutant(
+        id="shard_ddp_no_step",
+        cell=_P,
+        find='rank_bytes["optimizer_state"] = 8 * sum(numels) + 4 * len(numels)',
+        replace='rank_bytes["optimizer_state"] = 8 * sum(numels)',
+        lose=("test_predict_rank_bytes", _P_HIDDEN),
+        says="4-byte step",
+        klass=0,
+        why="Adam state = 8 B/param only: forgets the 4-byte step tensor per parameter",
+    ),
+    Mutant(
+        id="shard_zero1_round_robin",
+        cell=_P,
+        find=_ZERO1_RANK,
+        replace="rank = i % world_size",
+        lose=("test_predict_rank_bytes", _P_HIDDEN),
+        says="fewest",
+        klass=0,
+        why="ZeRO-1 assumed to deal tensors round-robin instead of greedy by size",
+    ),
+    Mutant(
+        id="shard_zero1_tie_high_rank",
+        cell=_P,
+        find=_ZERO1_RANK,
+        replace="rank = world_size - 1 - load[::-1].index(min(load))",
+        lose=("test_predict_rank_bytes", _P_HIDDEN),
+        says="lowest rank on a tie",
+        klass=0,
+        why="breaks ties in the greedy partition toward the highest rank",
+    ),
+    Mutant(
+        id="shard_fsdp_floor_rows",
+        cell=_P,
+        find=_ROWS,
+        replace="rows = d0 // world_size",
+        lose=(_P_HIDDEN,),
+        says="not d0 // N",
+        klass=2,
+        why="d0 // N rows per rank: the remainder rows vanish; equal for the notebook's even widths on 2 ranks",
+    ),
+    Mutant(
+        id="shard_fsdp_ceil_every_rank",
+        cell=_P,
+        find=_ROWS,
+        replace="rows = chunk",
+        lose=(_P_HIDDEN,),
+        says="fewer rows or none",
+        klass=2,
+        why="every rank gets ceil(d0 / N) rows (padding counted): equal for even widths on 2 ranks",
+    ),
+    Mutant(
+        id="shard_fsdp_array_split",
+        cell=_P,
+        find=_ROWS,
+        replace="rows = d0 // world_size + (1 if rank < d0 % world_size else 0)",
+        lose=(_P_HIDDEN,),
+        says="torch.chunk",
+        klass=2,
+        why="np.array_split / tensor_split sizes instead of torch.chunk: identical on 2 ranks, not on 3-4",
+    ),
+    Mutant(
+        id="shard_fsdp_step_if_rows",
+        cell=_P,
+        find='out[rank]["optimizer_state"] += 8 * rows * per_row + 4',
+        replace='out[rank]["optimizer_state"] += 8 * rows * per_row + (4 if rows else 0)',
+        lose=(_P_HIDDEN,),
+        says="even one with no rows",
+        klass=2,
+        why="no step tensor on a rank with an empty shard (Adam still keeps one); only tiny widths show it",
+    ),
+    Mutant(
+        id="shard_fsdp_last_dim",
+        cell=_P,
+        find="d0 = shape[0]",
+        replace="d0 = shape[-1]",
+        lose=(_P_HIDDEN,),
+        says="along dim 0",
+        klass=2,
+        why="shards along the input dimension: same bytes whenever both widths are even",
+    ),
+    Mutant(
+        id="shard_unknown_strategy",
+        cell=_P,
+        find='    else:\n        raise ValueError(f"unknown strategy {strategy!r}")\n',
+        replace="",
+        lose=(_P_HIDDEN,),
+        says="raise ValueError",
+        klass=1,
+        why="an unknown strategy silently predicts zero bytes",
+    ),
+    Mutant(
+        id="shard_ref_item_weighted",
+        cell=_R,
+        find="(loss_fn(model(inputs), targets) / len(batches)).backward()",
+        replace="(loss_fn(model(inputs), targets) * len(inputs) / sum(len(x) for x, _ in batches)).backward()",
+        lose=("test_reference_grads", _R_HIDDEN),
+        says="average over the ranks",
+        klass=2,
+        why="04's accumulation rule (n_i / N) where data parallelism averages the ranks' means",
+    ),
+    Mutant(
+        id="shard_ref_divide_by_two",
+        cell=_R,
+        find="/ len(batches)).backward()",
+        replace="/ 2).backward()",
+        lose=(_R_HIDDEN,),
+        says="not a fixed 2",
+        klass=2,
+        why="divides by the notebook's world size: right for 2 ranks only",
+    ),
+    Mutant(
+        id="shard_ref_stale_grads",
+        cell=_R,
+        find="    model.zero_grad(set_to_none=True)\n",
+        replace="",
+        lose=(_R_HIDDEN,),
+        says="clear p.grad first",
+        klass=1,
+        why="does not clear p.grad: earlier gradients leak in; the visible test's model is fresh",
+    ),
+]
