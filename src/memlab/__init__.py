@@ -26,6 +26,9 @@ This module is the facade learners use:
 - plotting:   :func:`plot_timeline`
 - modules:    ``ml.formulas``, ``ml.models``, ``ml.checkpointing``, ``ml.amp``, ``ml.rubric``,
               ... (loaded on first use, so ``import memlab`` stays fast for the autograder)
+- notebooks:  :class:`visible_test` (a visible test cell with nbgrader's verdict: stderr or a
+              warning fails it), :class:`waiting_for` (a demo cell waits for an exercise);
+              both from ``memlab.grading.visible``, loaded on first use
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ __all__ = [
     "CUDA_ROUNDING", "SavedActivations", "StepReport", "grad_bytes", "optimizer_state_bytes",
     "param_bytes", "saved_activation_bytes", "training_step_breakdown", "memory_budget",
     "estimate_training_step", "plot_timeline", "formulas", "models",
+    "visible_test", "waiting_for",
 ]
 
 # The short names notebooks use (``ml.amp``, ``import memlab.tracker``, ...) -> where each
@@ -70,7 +74,10 @@ MODULES = {
     "interview": "grading.interview", "grade_class": "grading.grade_class",
     "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
     "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck",
+    "visible": "grading.visible", "lab": "tools.lab",
 }
+# Names of the facade that live in a module loaded on first use.
+_LAZY_NAMES = {"visible_test": "grading.visible", "waiting_for": "grading.visible"}
 _SUBPACKAGES = {"measure", "lessons", "grading", "tools"}
 
 
@@ -114,6 +121,10 @@ if not any(isinstance(f, _ShortNames) for f in sys.meta_path):
 
 
 def __getattr__(name: str):
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+        globals()[name] = value
+        return value
     if name in MODULES or name in _SUBPACKAGES:
         module = importlib.import_module(f".{MODULES.get(name, name)}", __name__)
         globals()[name] = module
