@@ -6,9 +6,9 @@ chromium (`/usr/bin/chromium`; `.ci/run` installs it, Playwright never downloads
 1. starts JupyterLab from this venv on a free localhost port with a token, in a temporary copy
    of the course (solutions/, notebooks/, autograder/nbgrader_config.py): nothing in the
    repository changes;
-2. opens EVERY RELEASED notebook untouched (the learner's first move), runs Kernel > Restart
-   Kernel and Run All Cells, and checks in the notebook as JupyterLab saved it that the last
-   cell ran, that the only errors are the one-line "not written yet" / "waiting for" notes of
+2. opens EVERY RELEASED notebook untouched (the learner's first move), runs Run All Cells in
+   its fresh kernel (= Restart Kernel and Run All Cells on a first visit), and checks in the
+   notebook as JupyterLab saved it that the last cell ran, that the only errors are the one-line "not written yet" / "waiting for" notes of
    test cells (and nbgrader's own stub, ``raise NotImplementedError()``, in answer cells), and
    that no cell prints a PASS line (issue 15; docs/AUTHORING.md "Visible tests and Run All");
    then opens assignment 01's SOLUTION the same way: no error at all, and every visible test
@@ -277,16 +277,20 @@ def test_lab_runs_every_release_then_01_calculator_and_formgrader(tmp_path):
 
 
 def _open_and_run_all(page, server: LabServer, rel: str, n_code_cells: int) -> None:
-    """Open ``rel``, wait for its kernel, then Kernel > Restart Kernel and Run All Cells."""
+    """Open ``rel``, wait for its (new) kernel, then Run All Cells."""
     page.goto(f"{server.url}/lab/tree/{rel}?token={server.token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
     page.get_by_text(re.compile(r"\S \| Idle$")).first.wait_for(timeout=_ms(SERVER_START_S))
     page.wait_for_function(
         "() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
         "?.getAttribute('data-status') === 'idle'", timeout=_ms(SERVER_START_S))
-    page.get_by_role("menuitem", name="Kernel", exact=True).click()
-    page.locator(".lm-Menu-item", has_text=re.compile(r"^Restart Kernel and Run All Cells")).first.click()
-    page.locator(".jp-Dialog .jp-mod-accept").click()
+    # A notebook just opened has a fresh kernel, so Run > Run All Cells here is what Kernel >
+    # Restart Kernel and Run All does on a learner's first visit. (Restart-and-run-all itself
+    # sends the execute requests while the kernel's websocket reconnects; on the loaded 2-core
+    # CI machine jupyter_server then once dropped the connection, "struct.error: unpack
+    # requires a buffer", and the test failed for a reason that is not the notebook's.)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.locator(".lm-Menu-item", has_text=re.compile(r"^Run All Cells")).first.click()
     _wait_run_all(page, n_code_cells)
 
 
@@ -300,6 +304,16 @@ def _save(page, nb_path: Path) -> dict:
         time.sleep(0.5)
     assert nb_path.stat().st_mtime != before, f"{nb_path.name}: JupyterLab did not save it"
     return json.loads(nb_path.read_text())
+
+
+def _shut_down_kernels(server: LabServer) -> None:
+    """Free the CPU for the next notebook: delete every session (and so its kernel)."""
+    with urllib.request.urlopen(f"{server.url}/api/sessions?token={server.token}", timeout=10) as r:
+        sessions = json.loads(r.read())
+    for sess in sessions:
+        req = urllib.request.Request(f"{server.url}/api/sessions/{sess['id']}?token={server.token}",
+                                     method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
 
 
 def _check_release(page, server: LabServer, nb_path: Path) -> None:
@@ -331,11 +345,12 @@ def _check_release(page, server: LabServer, nb_path: Path) -> None:
                 problems.append(f"{where}: {o.get('ename')}: " + "\n".join(lines)[-600:])
     if problems:
         page.screenshot(path=str(SHOTS / f"release_{nb_path.stem}_problems.png"), full_page=True)
-    assert not problems, f"{rel} after Restart and Run All:\n" + "\n---\n".join(problems)
+    _shut_down_kernels(server)
+    assert not problems, f"{rel} after Run All:\n" + "\n---\n".join(problems)
 
 
 def _run_notebook(page, server: LabServer, nb_path: Path, n_code_cells: int) -> None:
-    """The solution of 01: Restart and Run All, no error anywhere, every visible test PASS."""
+    """The solution of 01: Run All, no error anywhere, every visible test PASS."""
     _open_and_run_all(page, server, NOTEBOOK, n_code_cells)
     page.screenshot(path=str(SHOTS / "01_run_all_end.png"))
     page.locator(".jp-Notebook .jp-CodeCell").first.scroll_into_view_if_needed()
