@@ -67,6 +67,7 @@ MODULES = {
     "device": "measure.device", "units": "measure.units", "tracker": "measure.tracker",
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
+    "models": "measure.models", "formulas": "measure.formulas",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",
