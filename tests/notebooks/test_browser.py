@@ -278,7 +278,9 @@ def test_lab_runs_every_release_then_01_calculator_and_formgrader(tmp_path):
 
 def _open_and_run_all(page, server: LabServer, rel: str, n_code_cells: int) -> None:
     """Open ``rel``, wait for its (new) kernel, then Run All Cells."""
-    page.goto(f"{server.url}/lab/tree/{rel}?token={server.token}")
+    # ?reset empties the workspace first: one notebook tab in the page, so every selector
+    # below (prompts, outputs, the panel saved with Ctrl+S) is this notebook's
+    page.goto(f"{server.url}/lab/tree/{rel}?reset&token={server.token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
     page.get_by_text(re.compile(r"\S \| Idle$")).first.wait_for(timeout=_ms(SERVER_START_S))
     page.wait_for_function(
