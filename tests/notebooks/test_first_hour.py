@@ -34,6 +34,13 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
 WARNING_TEXT = "deliberate warning from the answer (tests/notebooks/test_first_hour.py)"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PASS_LINE = re.compile(r"^PASS\b", re.M)
+# Visible tests that discard the warnings of the learner's code on purpose. nbgrader then sees
+# no stderr either and gives the points, so PASS there agrees with nbgrader's verdict.
+DISCARDS_WARNINGS = {
+    "test_train_with_accumulation": "records and discards every warning of the training loop "
+                                    "(the scheduler's false alarm after a skipped AMP step, "
+                                    "pytorch/pytorch#44511)",
+}
 
 
 def _meta(cell) -> dict:
@@ -90,7 +97,8 @@ def test_visible_tests_fail_answers_that_warn(assignment):
             cell.source, names = warn_in_every_function(answers[gid])
             functions |= names
     tested = [c for c in release.cells if c.cell_type == "code" and _label(c)
-              and set(_label(c)) & functions]
+              and set(_label(c)) & functions
+              and _meta(c).get("grade_id") not in DISCARDS_WARNINGS]
     if not tested:
         pytest.skip(f"{assignment}: no visible test of a function (only answer variables)")
 
@@ -105,6 +113,8 @@ def test_visible_tests_fail_answers_that_warn(assignment):
         f"{assignment}: Run All stopped before the last cell: {error}")
 
     for cell in code:
+        if _meta(cell).get("grade_id") in DISCARDS_WARNINGS:
+            continue
         assert not PASS_LINE.search(_text(cell)), (
             f"{assignment} cell {_meta(cell).get('grade_id', cell.get('id'))} says PASS for an answer "
             f"that warns (nbgrader scores it 0):\n{_text(cell)[:1500]}")
