@@ -1,5 +1,6 @@
 # GPU Memory Lab. A learner needs two commands:
-#   make lab    set up .venv (first time only) and open JupyterLab on notebooks/
+#   make lab    set up .venv (first time only) and open JupyterLab on my-notebooks/, your own
+#               working copy of notebooks/ (made on first run, never overwritten)
 #   make test   set up .venv (first time only) and run the test suite
 # Instructor: make release (solutions/ -> notebooks/), make env-check; grading commands are
 # in autograder/README.md.
@@ -18,10 +19,14 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbgrader's gradebook runs the `alembic` executable from PATH: put the venv's bin/ first.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: lab test test-fast release env-check help grade-class gpu-check test-compat
+.PHONY: lab instructor-lab reset releases test test-fast release env-check help grade-class gpu-check test-compat
 
 help:
-	@echo "make lab        open JupyterLab on notebooks/ (sets up .venv the first time)"
+	@echo "make lab        open JupyterLab on my-notebooks/, your working copy (sets up .venv the"
+	@echo "                first time; copies new releases in, never overwrites your work)"
+	@echo "make reset NB=03  replace your copy of notebook 03 with its release (keeps a backup)"
+	@echo "make releases   which releases in notebooks/ are newer than your working copy"
+	@echo "make instructor-lab  JupyterLab on the whole course with nbgrader's tools (Formgrader)"
 	@echo "make test       run the test suite (sets up .venv the first time)"
 	@echo "make test-fast  the inner loop: no nbgrader runs, no browser, no GPU (about a minute)"
 	@echo "make release    regenerate notebooks/ from solutions/ (nbgrader generate_assignment)"
@@ -32,8 +37,19 @@ help:
 	@echo "make gpu-check  on a CUDA machine: run every solution notebook and the gpu tests,"
 	@echo "                write docs/gpu-report-<date>-<gpu>.md/.json (exit 2 without CUDA)"
 
+# Learners: no nbgrader instructor extensions, no news toast (src/memlab/tools/lab.py says how).
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+	$(PY) -m memlab.tools.lab learner
+
+instructor-lab: $(STAMP)
+	$(PY) -m memlab.tools.lab instructor
+
+reset: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make reset NB=03   (replaces my-notebooks/03_... with its release; keeps a backup)"; exit 2; }
+	$(PY) -m memlab.tools.lab reset "$(NB)"
+
+releases: $(STAMP)
+	@$(PY) -m memlab.tools.lab releases
 
 # -n auto: one pytest-xdist worker per core; tests sharing an nbgrader course stay on one worker
 # (tests/conftest.py). PYTEST_ARGS='-n 0' runs serially.

@@ -27,7 +27,8 @@ This module is the facade learners use:
 - modules:    ``ml.formulas``, ``ml.models``, ``ml.checkpointing``, ``ml.amp``, ``ml.rubric``,
               ... (loaded on first use, so ``import memlab`` stays fast for the autograder)
 - notebooks:  :class:`visible_test` (a visible test cell with nbgrader's verdict: stderr or a
-              warning fails it), :class:`waiting_for` (a demo cell waits for an exercise)
+              warning fails it), :class:`waiting_for` (a demo cell waits for an exercise);
+              both from ``memlab.grading.visible``, loaded on first use
 """
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ from .measure.plots import plot_timeline
 from .measure.tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint,
                               measure_peak, storage_bytes)
 from .measure.units import GB, GiB, KiB, MiB, fmt_bytes
-from .measure.visible import visible_test, waiting_for
 
 __version__ = "0.1.0"
 
@@ -78,8 +78,7 @@ MODULES = {
     "tracker": "measure.tracker",
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
-    "visible": "measure.visible",
-    "formulas": "measure.formulas", "models": "measure.models",
+    "models": "measure.models", "formulas": "measure.formulas",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",
@@ -88,7 +87,10 @@ MODULES = {
     "interview": "grading.interview", "grade_class": "grading.grade_class",
     "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
     "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck", "hostedcheck": "tools.hostedcheck",
+    "visible": "grading.visible", "lab": "tools.lab",
 }
+# Names of the facade that live in a module loaded on first use.
+_LAZY_NAMES = {"visible_test": "grading.visible", "waiting_for": "grading.visible"}
 _SUBPACKAGES = {"measure", "lessons", "grading", "tools"}
 
 
@@ -132,6 +134,10 @@ if not any(isinstance(f, _ShortNames) for f in sys.meta_path):
 
 
 def __getattr__(name: str):
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+        globals()[name] = value
+        return value
     if name in MODULES or name in _SUBPACKAGES:
         module = importlib.import_module(f".{MODULES.get(name, name)}", __name__)
         globals()[name] = module

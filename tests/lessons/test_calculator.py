@@ -231,3 +231,16 @@ def test_widget_builds_and_updates_the_total_when_a_slider_moves():
     assert w.config["n_params"] == 7 * 10**9
     assert w.result["parameters"] == 6 * 7 * 10**9
     assert "7.000 B" in w.summary.value
+
+
+def test_impossible_shape_is_refused_with_a_message():
+    """heads must divide hidden (issue 15): estimate raises, the widget says why and recovers."""
+    with pytest.raises(ValueError, match=r"heads=10 does not divide hidden=768.*12, 16"):
+        calc.estimate(hidden=768, heads=10)
+    w = calc.calculator_widget()
+    before = w.result
+    w.controls["heads"].value = 7
+    assert "No such model" in w.summary.value and "heads=7" in w.summary.value
+    assert w.result is before, "the last valid estimate stays"
+    w.controls["heads"].value = 16
+    assert "No such model" not in w.summary.value and w.config["heads"] == 16

@@ -122,6 +122,21 @@ def test_solution_gets_full_marks_and_runs_clean(graded):
 
 
 @pytest.mark.slow
+def test_solution_visible_tests_say_pass(graded):
+    """Every visible test of a function (``ml.visible_test`` without ``quiet``) prints PASS for
+    the solution, under nbgrader's execution (docs/AUTHORING.md, "Visible tests and Run All")."""
+    api, assignment, _ = graded
+    for name, nb in _autograded(api, "sol", assignment).items():
+        for cell in nb.cells:
+            if "ml.visible_test(" not in cell.source or "quiet=True" in cell.source:
+                continue
+            text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+            assert re.search(r"^PASS\b", text, re.M), (
+                f"{name} {nbgrader_meta(cell).get('grade_id')}: the solution's visible test does not "
+                f"print PASS:\n{text[:800]}")
+
+
+@pytest.mark.slow
 def test_blank_release_scores_zero_and_fails_only_in_graded_cells(graded):
     api, assignment, _ = graded
     with api.gradebook as gb:

@@ -184,6 +184,12 @@ class Event:
     other_scaler: bool = False       # step: run by a GradScaler that is not the one watched
 
 
+#: How to read :meth:`TrainingSpy.trace` (printed next to traces in 03 and 04).
+TRACE_LEGEND = ("Z = optimizer.zero_grad(), F64 = forward of 64 items, B = backward(), "
+                "sc = scaler.scale(loss), un = scaler.unscale_(optimizer) (un* = done by "
+                "scaler.step itself), [ ... ] = scaler.step(optimizer) with the optimizer.step() "
+                "S it makes inside, up = scaler.update(), L = scheduler.step()")
+
 _SHORT = {"forward": "F", "backward": "B", "zero_grad": "Z", "step": "S", "scheduler": "L",
           "scale": "sc", "unscale_": "un", "unscale_(auto)": "un*", "scaler.step": "[",
           "scaler.step:end": "]", "update": "up"}

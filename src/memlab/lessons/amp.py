@@ -287,6 +287,31 @@ def inject_nonfinite_grad(model: nn.Module, value: float = math.inf, *, param: s
 
 
 # ------------------------------------------------------------------- checking a learner
+_AMP_WORDS = (
+    # check_accumulation speaks of groups of micro-batches (04); with one batch per step, 03's
+    # learner reads "step" and "batch".
+    (re.compile(r"group (\d+) started with gradients left from before:.*"),
+     r"step \1 started with the gradients of the previous step still in p.grad: backward() adds "
+     r"to them, so every step after the first applies old + new gradients. Call "
+     r"optimizer.zero_grad(set_to_none=True) at the start of amp_step, before the forward."),
+    (re.compile(r"optimizer\.zero_grad\(\) ran inside an accumulation window.*"),
+     "optimizer.zero_grad() ran between backward() and the step: it erases the gradients the "
+     "step needs. Call it at the start of amp_step, before the forward."),
+    (re.compile(r"micro-batch(es)?"), r"batch\1"),
+    (re.compile(r"\baccum_steps=1: "), ""),
+    (re.compile(r"\bper group\b"), "per step"),
+    (re.compile(r"\bthe group's\b"), "the step's"),
+    (re.compile(r"\bnext group\b"), "next step"),
+)
+
+
+def _in_amp_words(problem: str) -> str:
+    """A problem found by check_accumulation, reworded for single-batch AMP steps (03)."""
+    for pattern, repl in _AMP_WORDS:
+        problem = pattern.sub(repl, problem)
+    return problem
+
+
 def check_amp_steps(spy: TrainingSpy, batch_sizes: Sequence[int], *, max_norm: float,
                     clipped: bool = True) -> list[str]:
     """What is wrong with the AMP training steps ``spy`` watched (one batch per step), as
@@ -308,7 +333,8 @@ def check_amp_steps(spy: TrainingSpy, batch_sizes: Sequence[int], *, max_norm: f
                 "although the optimizer stepped: do not create a GradScaler inside the step (a new one "
                 "starts at 2**16 every step and never learns the scale); call scale/unscale_/step/update "
                 "on the `scaler` argument."]
-    problems = check_accumulation(spy, batch_sizes, 1, scaler=True, max_norm=max_norm)
+    problems = [_in_amp_words(p) for p in
+                check_accumulation(spy, batch_sizes, 1, scaler=True, max_norm=max_norm)]
     if problems or not clipped:
         return problems
     for e in spy.step_events():

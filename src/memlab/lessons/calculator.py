@@ -43,6 +43,8 @@ only when the widget or a plot is built.
 """
 from __future__ import annotations
 
+import html
+
 import io
 from typing import Any, Mapping
 
@@ -102,6 +104,12 @@ def _config(config: Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> d
     for key in _INT_KEYS:
         if type(cfg[key]) is not int or cfg[key] < 1:
             raise ValueError(f"{key} must be a positive int, got {cfg[key]!r}")
+    if cfg["hidden"] % cfg["heads"]:
+        divisors = [d for d in range(1, min(cfg["hidden"], 128) + 1) if cfg["hidden"] % d == 0]
+        raise ValueError(
+            f"heads={cfg['heads']} does not divide hidden={cfg['hidden']}: attention splits the "
+            f"hidden size into equal heads (head size hidden/heads), so no such model exists. "
+            f"Heads that divide {cfg['hidden']}: {', '.join(map(str, divisors[-8:]))}")
     if cfg["max_seq"] is None:
         cfg["max_seq"] = cfg["seq_len"]
     if cfg["precision"] not in PRECISIONS:
@@ -294,7 +302,11 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
             for key in ("layers", "hidden", "heads", "vocab", "seq_len", "batch", "precision",
                         "optimizer", "attention", "checkpointing"):
                 c[key] = controls[key].value
-            shape_params = params_from_shape(c, n_params=None)
+            try:
+                shape_params = params_from_shape(c, n_params=None)
+            except ValueError as err:
+                summary.value = f"<b style='color:#b00'>No such model:</b> {html.escape(str(err))}"
+                return
             if controls["params_from_shape"].value:
                 c["n_params"] = None
                 controls["n_params_billion"].disabled = True
@@ -306,7 +318,11 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
             else:
                 controls["n_params_billion"].disabled = False
                 c["n_params"] = int(round(controls["n_params_billion"].value * 1e9))
-            result = estimate(c)
+            try:
+                result = estimate(c)
+            except ValueError as err:  # an impossible shape: say why, keep the last chart
+                summary.value = f"<b style='color:#b00'>No such model:</b> {html.escape(str(err))}"
+                return
             n = shape_params if c["n_params"] is None else c["n_params"]
             self.config, self.result = c, result
             summary.value = _summary_html(result, n)

@@ -16,7 +16,7 @@ Two context managers:
       names the warning and where it came from.
     * a function still holding nbgrader's stub (``raise NotImplementedError()`` in a notebook
       cell), or an answer variable that was never assigned (``NameError``), shows ONE line:
-      ``not written yet: write tensor_bytes in the cell above`` (or ``waiting for X`` when the
+      ``not written yet: write tensor_bytes in the answer cell above`` (or ``waiting for X`` when the
       stub belongs to an earlier exercise this test needs), and raises NotImplementedError.
     * a failed ``assert`` shows ONE line, ``FAIL tensor_bytes: <the assert's message>``.
     * any other error keeps its full traceback (it points into the learner's code), with a
@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -102,6 +103,23 @@ def _stub_owner(exc: BaseException, tb: TracebackType | None) -> tuple[bool, str
     return False, None
 
 
+_NO_FORWARD = re.compile(r'Module \[(\w+)\] is missing the required "forward" function')
+
+
+def _known_mistake(exc: BaseException) -> str | None:
+    """A one-line explanation for errors whose torch traceback misleads (None: keep it)."""
+    m = _NO_FORWARD.search(str(exc))
+    if isinstance(exc, NotImplementedError) and m:
+        kind = m.group(1)
+        hint = (" A ModuleList (and a slice of one, layers[i:j]) only holds modules: wrap the "
+                "slice in nn.Sequential(*layers[i:j]), or call its layers one by one."
+                if kind == "ModuleList" else " Call a module that defines forward().")
+        return (f"your code called a {kind} as if it were a layer, and a {kind} has no forward() "
+                f"(torch raises NotImplementedError for that: it is not the not-written-yet "
+                f"stub).{hint}")
+    return None
+
+
 def _undefined_name(exc: BaseException) -> str | None:
     if type(exc) is NameError:
         return getattr(exc, "name", None)
@@ -159,10 +177,13 @@ class visible_test:
 
     ``names``: the exercise(s) under test: the functions or answer variables of the answer
     cell(s) above. ``details``: set it inside the block (``t.details = "peak 1.2 MiB"``) to add
-    measured figures to the PASS line.
+    measured figures to the PASS line. ``quiet=True``: no PASS line on success, for cells whose
+    verdict is a score printed by the cell itself (rubric-graded written answers, interview
+    questions): there "visible tests pass" would read as full marks.
     """
 
-    def __init__(self, *names: str):
+    def __init__(self, *names: str, quiet: bool = False):
+        self.quiet = quiet
         if not names:
             raise TypeError("visible_test needs the name of the exercise it tests")
         self.names = names
@@ -198,12 +219,17 @@ class visible_test:
                        "what causes it (the message says what)")
             raise _one_line(AssertionError(message), message) from None
         extra = f" ({self.details})" if self.details else ""
-        print(f"{PASS} {self.label}: visible tests pass{extra}. Hidden tests run when the "
-              "notebook is graded.")
+        if not self.quiet:
+            print(f"{PASS} {self.label}: visible tests pass{extra}. Hidden tests run when the "
+                  "notebook is graded.")
         return False
 
     def _failed(self, exc: BaseException, tb: TracebackType | None, noise: list[str]) -> bool:
         also = f" (it also wrote to stderr: {'; '.join(noise)[:300]})" if noise else ""
+        known = _known_mistake(exc)
+        if known:
+            _one_line(exc, f"{FAIL} {self.label}: {known}{also}")
+            return False
         stub, owner = _stub_owner(exc, tb)
         missing = _undefined_name(exc)
         if stub:
@@ -212,14 +238,14 @@ class visible_test:
                 line = (f"{WAITING} {owner}: write it first (its exercise is above); this test "
                         f"of {self.label} runs once it is written")
             elif owner or not str(exc).strip():
-                line = f"{NOT_WRITTEN}: write {owner or self.label} in the cell above"
+                line = f"{NOT_WRITTEN}: write {owner or self.label} in the answer cell above"
             else:
                 line = f"{NOT_WRITTEN}: {str(exc).strip()}"
             _one_line(exc, line)
             return False  # the original NotImplementedError propagates: nbgrader scores 0
         if missing is not None:
             if missing in self.names:
-                line = f"{NOT_WRITTEN}: write {missing} in the cell above (run that cell first)"
+                line = f"{NOT_WRITTEN}: write {missing} in the answer cell above (and run that cell)"
             else:
                 line = (f"{WAITING} {missing}: it is not defined; run the cells above (or write "
                         f"the exercise that defines it) first")

@@ -37,11 +37,11 @@ def good(x):
 
 CASES = {  # name: (source, expected ename or None, text the rendered output must contain)
     "unwritten": ("with ml.visible_test('stub'):\n    assert stub(1) == 2, 'double it'",
-                  "NotImplementedError", "not written yet: write stub in the cell above"),
+                  "NotImplementedError", "not written yet: write stub in the answer cell above"),
     "dependency": ("with ml.visible_test('later'):\n    assert uses_stub(1) == 3",
                    "NotImplementedError", "waiting for stub: write it first"),
     "unassigned": ("with ml.visible_test('ANSWER'):\n    assert ANSWER == 3",
-                   "NotImplementedError", "not written yet: write ANSWER in the cell above"),
+                   "NotImplementedError", "not written yet: write ANSWER in the answer cell above"),
     "assert": ("with ml.visible_test('good'):\n    assert good(1) == 3, 'good(1) must be 3: add one'",
                "AssertionError", "FAIL good: good(1) must be 3: add one"),
     "warns": ("with ml.visible_test('correct_but_warns'):\n    assert correct_but_warns(1) == 2",
@@ -56,6 +56,9 @@ CASES = {  # name: (source, expected ename or None, text the rendered output mus
              None, "PASS good: visible tests pass (four)"),
     "waits": ("with ml.waiting_for('stub'):\n    print(stub(3))\nprint('after')",
               None, "waiting for stub: write it in its exercise above"),
+    "modulelist": ("import torch\nwith ml.visible_test('good'):\n"
+                   "    torch.nn.ModuleList([torch.nn.Linear(2, 2)] * 3)[0:2](torch.ones(2))",
+                   "NotImplementedError", "FAIL good: your code called a ModuleList as if it were a layer"),
     "last": ("print('the last cell ran')", None, "the last cell ran"),
 }
 
@@ -93,7 +96,7 @@ def test_each_case_reads_as_designed(executed, case):
     assert text in _text(cell.outputs), _text(cell.outputs)
     stderr = [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
     assert not stderr, f"{case}: the check must keep stderr out of the cell: {stderr}"
-    if ename and ename != "TypeError":
+    if ename and ename != "TypeError":  # one line, also for torch's ModuleList error
         assert len(errors[0].traceback) == 1, f"{case}: expected one line, got {errors[0].traceback}"
     if case != "pass":
         assert "PASS" not in _text(cell.outputs)
