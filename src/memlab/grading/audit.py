@@ -178,6 +178,16 @@ def _in(dotted: str, modules: Iterable[str]) -> bool:
     return any(dotted == m or dotted.startswith(m + ".") for m in modules)
 
 
+def _match_len(dotted: str, modules: Iterable[str]) -> int:
+    return max((len(m) for m in modules if dotted == m or dotted.startswith(m + ".")), default=-1)
+
+
+def _denied(dotted: str, allowed: Iterable[str]) -> bool:
+    """In DENIED_MODULES, unless a more specific allowed module covers it (IPython.display)."""
+    d = _match_len(dotted, DENIED_MODULES)
+    return d >= 0 and d >= _match_len(dotted, allowed)
+
+
 class _Checker(ast.NodeVisitor):
     def __init__(self, cell: str, policy: Policy, notebook_names: frozenset[str],
                  preset_aliases: Mapping[str, str]):
@@ -193,6 +203,7 @@ class _Checker(ast.NodeVisitor):
         self.allow = policy.allow.get(cell, frozenset()) | policy.allow.get("*", frozenset()) \
             | _COMMON_ALLOW
         self._done: set[int] = set()
+        self.own_names: set[str] = set()   # names the cell itself binds (set by audit_source)
 
     # ---------------------------------------------------------------- helpers
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
@@ -213,7 +224,7 @@ class _Checker(ast.NodeVisitor):
         if _in(dotted, self.allow):
             return
         top = _top(dotted)
-        if _in(dotted, DENIED_MODULES):
+        if _denied(dotted, self.policy.allowed_imports):
             self.flag(node, "process-or-hook API", f"uses {dotted}")
             return
         if top in RESTRICTED_ATTRS:
@@ -244,7 +255,8 @@ class _Checker(ast.NodeVisitor):
     # ---------------------------------------------------------------- imports
     def _import(self, node: ast.AST, module: str, bind: str | None, origin: str) -> None:
         if not (_in(module, self.policy.allowed_imports) or _in(origin, self.allow)) \
-                or _in(module, DENIED_MODULES) or _in(origin, DENIED_MODULES):
+                or _denied(module, self.policy.allowed_imports) \
+                or _denied(origin, self.policy.allowed_imports):
             self.flag(node, "import", f"imports {origin} (not allowed in answer cells)")
         else:
             self.check_origin(node, origin) if origin != module or "." in origin else None
@@ -392,11 +404,13 @@ class _Checker(ast.NodeVisitor):
         if id(node) in self._done:
             return
         n = node.id
-        if n in IPYTHON_NAMES:
+        if n in ("_i", "_ii", "_iii") and n in self.own_names:
+            pass  # the learner's own loop variable (`for _i in range(...)`)
+        elif n in IPYTHON_NAMES:
             self.flag(node, "process-or-hook API", f"uses {n} (the IPython shell)")
         elif n == "__builtins__" or (n.startswith("__") and n.endswith("__") and n != "__name__"):
             self.flag(node, "builtins tampering", f"uses {n}")
-        elif n in DYNAMIC_CODE and n not in self.aliases:
+        if n in DYNAMIC_CODE and n not in self.aliases:
             self.flag(node, "dynamic code", f"uses {n}()")
         origin = self.aliases.get(n)
         if origin is not None and isinstance(node.ctx, ast.Load):
@@ -436,6 +450,17 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text))
 
 
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Names the code binds as loop or comprehension targets (``for _i in ...``): IPython's
+    ``_i`` then is the learner's variable. Parameters and plain assignments do not count
+    (``def f(_i=_i)`` and ``_i = _i`` read IPython's value)."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            out |= {x.id for x in ast.walk(n.target) if isinstance(x, ast.Name)}
+    return out
+
+
 def _mark_top(tree: ast.Module) -> None:
     for stmt in tree.body:
         stmt._memlab_top = True  # type: ignore[attr-defined]
@@ -473,6 +498,7 @@ def audit_source(source: str, cell: str, policy: Policy, *,
         return out  # a syntax error fails at run time like any broken answer: not a violation
     _mark_top(tree)
     checker = _Checker(cell, policy, frozenset(notebook_names), preset_aliases or {})
+    checker.own_names = _bound_names(tree)
     checker.visit(tree)
     return out + sorted(checker.out, key=lambda v: (v.line, v.rule, v.detail))
 

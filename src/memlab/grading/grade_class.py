@@ -68,6 +68,8 @@ class GradeSettings:
     submission_timeout: int = 900      # wall clock per (student, assignment)
     memory_mb: int = 4096              # RLIMIT_AS per kernel (0: no limit)
     threads_per_kernel: int = 0        # OMP/MKL threads per kernel (0: cores // workers)
+    sandbox: bool = True               # bubblewrap per kernel where usable (memlab.grading.sandbox)
+    audit: bool = True                 # static audit of answer cells (memlab.grading.audit)
 
 
 @dataclass
@@ -76,6 +78,7 @@ class ClassReport:
     results: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     workers: int = 1
+    isolation: str = ""   # "bwrap ..." or "unsandboxed (why)"
 
     @property
     def by_submission(self) -> dict[tuple[str, str], dict]:
@@ -128,9 +131,13 @@ def _norm(src: str) -> str:
     return "\n".join(line.rstrip() for line in src.strip().splitlines())
 
 
-def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
-    """Repair what can be repaired in the submitted folder ``dest``; return the reasons."""
+def _precheck(dest: Path, release_dir: Path, expected: list[str], audit: bool = True) -> list[str]:
+    """Repair what can be repaired in the submitted folder ``dest``; return the reasons.
+    With ``audit``, answer cells that break the assignment's policy (memlab.grading.audit) are
+    replaced by their released stub before anything runs (their tests score 0, pending review)."""
     import nbformat
+
+    from .audit import apply_audit
 
     reasons: list[str] = []
     present = sorted(p.name for p in dest.glob("*.ipynb"))
@@ -187,9 +194,17 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
                        else nbformat.v4.new_markdown_cell)(cell.source, metadata=copy.deepcopy(cell.metadata))
                 new["id"] = cell.get("id", new["id"])
                 cell = new
+            edited = sorted(k for k in ("grade", "solution", "locked", "points", "checksum",
+                                        "schema_version", "cell_type")
+                            if _meta(cell).get(k) != _meta(ref).get(k))
+            if edited:  # repaired by grade_id, not trusted and not zeroed whole
+                reasons.append(f"nbgrader metadata of {gid!r} edited ({', '.join(edited)}): "
+                               f"restored from the release")
+            cell.metadata["nbgrader"] = copy.deepcopy(_meta(ref))
             if _meta(ref).get("locked") and _norm(cell.source) != _norm(ref.source):
                 what = "test cell" if _meta(ref).get("grade") else "locked cell"
                 reasons.append(f"{what} {gid!r} edited: restored from the release before grading")
+                cell.source = ref.source
             if cell.cell_type == "code" and _meta(ref).get("grade") and not _meta(ref).get("solution") \
                     and cell.get("outputs"):
                 reasons.append(f"stored outputs of {gid!r} discarded (tests are re-run)")
@@ -198,6 +213,8 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
             if gid not in seen and _meta(ref).get("grade"):
                 reasons.append(f"grade cell {gid!r} deleted: restored from the release")
         nb.cells = cells
+        if audit:
+            reasons += apply_audit(nb, released, release_dir.name)
         for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
             cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
         nbformat.write(nb, str(path))
@@ -313,7 +330,7 @@ def _grade_job(api, job: dict) -> dict:
             p.unlink()
     with Gradebook(cd.db_url, cd.course_id) as gb:
         expected = sorted(nb.name for nb in gb.find_assignment(assignment).notebooks)
-    reasons = _precheck(dest, Path(job["release_dir"]), expected)
+    reasons = _precheck(dest, Path(job["release_dir"]), expected, audit=job.get("audit", True))
     for step in ("autograded", "feedback"):
         shutil.rmtree(cd.format_path(getattr(cd, f"{step}_directory"), student, assignment),
                       ignore_errors=True)
@@ -325,9 +342,14 @@ def _grade_job(api, job: dict) -> dict:
         reasons.append("learner code wrote to the grading worker's gradebook (discarded: only "
                        "the scores computed from the notebook's outputs reach the course gradebook)")
     if not result.get("success"):
+        sys.stderr.write(f"--- nbgrader log of {student}/{assignment}\n{result.get('log') or ''}\n"
+                         f"{result.get('error') or ''}\n")
         status = "failed"
         reasons.append(_classify_failure((result.get("log") or "") + (result.get("error") or "")))
     autograded = Path(cd.format_path(cd.autograded_directory, student, assignment))
+    from .sandbox import KERNEL_DIR
+
+    shutil.rmtree(autograded / KERNEL_DIR, ignore_errors=True)  # sockets, HOME, /tmp of the kernel
     if status == "ok":
         fb = api.generate_feedback(assignment, student, force=True)
         if not fb.get("success"):
@@ -427,7 +449,12 @@ class _Worker:
             "config": str(self.root / "autograder" / "nbgrader_config.py"),
             "jupyter_path": str(self.dir.parent / "jupyter"),
             "overrides": {"Execute": {"timeout": self.settings.cell_timeout,
-                                      "kernel_name": KERNEL_NAME}},
+                                      "kernel_name": KERNEL_NAME,
+                                      "kernel_manager_class": "memlab.grading.sandbox.SandboxKernelManager"},
+                          # The kernel is killed from outside at the submission's wall limit
+                          # (coreutils timeout), even if this worker or the grader is stopped.
+                          "SandboxKernelManager": {"sandbox": self.settings.sandbox,
+                                                   "wall_seconds": float(self.settings.submission_timeout)}},
         }
         self.proc.stdin.write((json.dumps(settings) + "\n").encode())
         self.proc.stdin.flush()
@@ -435,6 +462,7 @@ class _Worker:
         self.ready = False
 
     def send(self, job: dict) -> None:
+        job = dict(job, audit=self.settings.audit)
         # A fresh copy of the course gradebook for every job: learner code that edits the
         # worker's gradebook (hidden tests, scores) cannot reach the next submission. The main
         # process is idle here (it merges between jobs), so the file is consistent.
@@ -573,7 +601,7 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     parts = list(result["reasons"])
     review = [r for r in result["reasons"] if "edited" in r or "scores 0" in r or "renamed" in r
               or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r
-              or "gradebook" in r]
+              or "gradebook" in r or r.startswith("audit:")]
     for nb, scan in sorted(result.get("scans", {}).items()):
         parts += scan["events"]
         for gid, t in sorted(scan["tests"].items()):
@@ -585,7 +613,8 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
             parts.append(f"patched grading code: {g}")
             review.append(f"patched grading code: {g}")
         for r in scan["reviews"]:
-            review.append(f"flagged by the rubric: {r}")
+            if not r.startswith("audit:"):  # the audit's own line: already in the reasons
+                review.append(f"flagged by the rubric: {r}")
         review += [e for e in scan["events"] if "memory" in e or "timeout" in e]
     for nb, cells in sorted(result.get("grades", {}).items()):
         for gid, (auto, _mx, manual) in sorted(cells.items()):
@@ -638,6 +667,14 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
     warnings.filterwarnings("ignore", message=".*not in session.*")
     settings = settings or GradeSettings()
     t_start = time.monotonic()
+    from . import sandbox
+
+    usable, why = sandbox.available() if settings.sandbox else (False, "disabled (--no-sandbox)")
+    if usable:
+        isolation = f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
+    else:
+        sandbox.warn_unsandboxed(why)
+        isolation = f"unsandboxed ({why})"
     api = course.make_api(config_path)
     cd = api.coursedir
     main_root = Path(cd.root)
@@ -686,7 +723,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
 
             n = _run_jobs(api, jobs, base, main_root, config_src, assignments, settings, on_result, progress)
         report = ClassReport(out=out, results=sorted(results, key=lambda r: (r["student"], r["assignment"])),
-                             seconds=time.monotonic() - t_start, workers=n)
+                             seconds=time.monotonic() - t_start, workers=n, isolation=isolation)
         _write_report(api, report, ignored)
         return report
     finally:
@@ -714,7 +751,7 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         r["reason"], r["review"] = reason, review
         rows.append({"student": r["student"], "assignment": r["assignment"],
                      "score": f"{r['score']:g}", "max_score": f"{r['max_score']:g}",
-                     "status": r["status"], "reason": reason})
+                     "status": r["status"], "reason": reason, "isolation": report.isolation.split(" (")[0]})
         for why in review:
             review_rows.append({"student": r["student"], "assignment": r["assignment"], "why": why})
     with api.gradebook as gb:
@@ -725,7 +762,8 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                     if g.max_score:
                         per_question.setdefault((r["assignment"], snb.name, g.name), []).append(
                             1.0 if (g.score or 0) >= g.max_score else 0.0)
-    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason"], rows)
+    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
+                                         "isolation"], rows)
     _write_csv(out / "review.csv", ["student", "assignment", "why"], review_rows)
     q_rows = [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
                "pass_rate": f"{sum(v) / len(v):.2f}"} for (a, nb, gid), v in sorted(per_question.items())]
@@ -741,7 +779,7 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         "students": len(totals), "submissions": len(report.results), "workers": report.workers,
         "seconds": round(report.seconds, 1),
         "seconds_per_submission": round(report.seconds / max(len(report.results), 1), 2),
-        "ignored_folders": ignored,
+        "ignored_folders": ignored, "isolation": report.isolation,
         "questions": q_rows, "review": review_rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -749,6 +787,9 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
              f"{len(totals)} students, {len(report.results)} submissions, {report.workers} workers, "
              f"{report.seconds:.0f} s ({summary['seconds_per_submission']} s per submission; "
              f"slowest {max(secs, default=0):.0f} s).", "",
+             f"Isolation: {report.isolation}." + ("" if report.isolation.startswith("sandboxed") else
+                                                 " LEARNER CODE RAN WITH YOUR RIGHTS: see "
+                                                 "autograder/README.md, Security."), "",
              "![score distribution](score_distribution.png)", "",
              "## Pass rate per graded cell (low: the exercise may be too hard)", "",
              "| assignment | notebook | grade cell | submissions | pass rate |", "|---|---|---|---|---|"]
@@ -788,7 +829,7 @@ def _interview_audits(api, results: list[dict]) -> dict[tuple[str, str], list[st
                 audits.setdefault((r["student"], r["assignment"]), []).append(
                     f"interview audit failed ({type(exc).__name__})")
             for item in items:
-                if item.source == "flagged":
+                if item.source in ("flagged", "static audit"):  # already in the reasons
                     continue  # the same NEEDS MANUAL REVIEW line the scan already lists
                 audits.setdefault((r["student"], r["assignment"]), []).append(
                     f"{item.question} [{item.source}] {item.reason}")

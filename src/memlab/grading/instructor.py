@@ -60,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--memory-mb", type=int, default=4096,
                    help="address-space limit per kernel in MiB (0: none; default 4096)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run kernels without bubblewrap (UNSAFE: learner code gets your rights)")
+    p.add_argument("--no-audit", action="store_true",
+                   help="skip the static audit of answer cells (memlab.grading.audit)")
     args = parser.parse_args(argv)
 
     try:
@@ -84,10 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             cell_timeout = args.cell_timeout or int(load_config(args.config).Execute.timeout or 300)
             settings = GradeSettings(workers=args.workers, cell_timeout=cell_timeout,
                                      submission_timeout=args.submission_timeout,
-                                     memory_mb=args.memory_mb)
+                                     memory_mb=args.memory_mb, sandbox=not args.no_sandbox,
+                                     audit=not args.no_audit)
             report = grade_class(args.submissions, config_path=args.config, out=args.out,
                                  settings=settings, progress=not args.quiet)
             n = len(report.results)
+            print(f"isolation: {report.isolation}")
             print(f"graded {n} submissions with {report.workers} workers in {report.seconds:.0f} s "
                   f"({report.seconds / max(n, 1):.1f} s per submission)")
             print(f"report: {report.out}/summary.md (grades.csv, submissions.csv, questions.csv, "

@@ -45,6 +45,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -160,7 +161,7 @@ def _memlab_binds() -> list[str]:
 
 def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
                env: dict[str, str] | None = None, wall_seconds: float = 0,
-               extra_ro: Iterable[str] = ()) -> list[str]:
+               extra_ro: Iterable[str] = (), links: dict[str, str] | None = None) -> list[str]:
     """The full command line that runs ``command`` sandboxed with ``writable`` as its only
     writable folder (bound at its own path, also seen as /tmp through ``writable/.kernel/tmp``)
     and cwd. ``env``: the variables to pass (everything else is cleared; HOME, TMPDIR and
@@ -183,7 +184,10 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
     for p in extra_ro:
         args += ["--ro-bind", p, p]
     # /tmp first: a folder that lives under /tmp is then bound on top of it
-    args += ["--bind", tmp, "/tmp", "--bind", folder, folder, "--chdir", folder, "--clearenv"]
+    args += ["--bind", tmp, "/tmp", "--bind", folder, folder]
+    for link, target in (links or {}).items():  # symbolic links (not writable places)
+        args += ["--symlink", target, link]
+    args += ["--chdir", folder, "--clearenv"]
     base_env = {"PATH": os.pathsep.join([os.path.join(sys.prefix, "bin"), "/usr/local/bin",
                                          "/usr/bin", "/bin"]),
                 "HOME": home, "TMPDIR": tmp, "MPLCONFIGDIR": mpl, "PYTHONNOUSERSITE": "1",
@@ -238,7 +242,12 @@ class SandboxKernelManager(AsyncKernelManager):
         self.transport = "ipc"
         name = f"kernel-{uuid.uuid4().hex[:8]}"
         self.connection_file = os.path.join(kdir, name + ".json")
-        self.ip = os.path.join(kdir, name)
+        # A Unix socket path has at most 107 bytes and the folder's path can be longer: the
+        # sockets are addressed through a short link /tmp/mlk-<random> -> the folder (the
+        # same link exists inside the sandbox).
+        self._short_link = os.path.join(tempfile.gettempdir(), f"mlk-{uuid.uuid4().hex[:12]}")
+        os.symlink(cwd, self._short_link)
+        self.ip = os.path.join(self._short_link, KERNEL_DIR, name)
         self._sandbox_cwd = cwd
         if self.sandbox and available()[0]:
             # SIGINT to bwrap would kill the sandbox, not interrupt the cell: ask the kernel.
@@ -254,7 +263,14 @@ class SandboxKernelManager(AsyncKernelManager):
             self.sandbox_state = f"unsandboxed ({why})"
             return cmd
         self.sandbox_state = "bwrap"
-        return bwrap_argv(cmd, self._sandbox_cwd, wall_seconds=self.wall_seconds)
+        return bwrap_argv(cmd, self._sandbox_cwd, wall_seconds=self.wall_seconds,
+                          links={self._short_link: self._sandbox_cwd})
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        link = getattr(self, "_short_link", None)
+        if link and not restart and os.path.islink(link):
+            os.unlink(link)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import pytest
 
 from memlab.grading import sandbox
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 needs_bwrap = pytest.mark.skipif(not sandbox.available()[0],
                                  reason=f"bubblewrap not usable here: {sandbox.available()[1]}")
 

@@ -12,7 +12,7 @@ import pytest
 
 from memlab.grading import audit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 
 
@@ -84,6 +84,9 @@ HOSTILE = [
     ("00_setup", "tensor_bytes", "x = torch._C._VariableFunctions", "private API"),
     ("00_setup", "tensor_bytes", "from types import FunctionType\nf = FunctionType", "process-or-hook API"),
     ("00_setup", "tensor_bytes", "import memlab.grading as g\ng.guard = lambda: None", "import"),
+    ("00_setup", "tensor_bytes", "def f(g=get_ipython):\n    return g()", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "def f(v=vars):\n    return v()", "dynamic code"),
+    ("00_setup", "tensor_bytes", "_ih = _ih\nsrc = _ih[-1]", "process-or-hook API"),
 ]
 
 
@@ -107,6 +110,8 @@ LEGIT = [
     "import memlab as ml\nx = ml.checkpointing.segment_bounds(8, 2)",
     "def count_param_bytes(model):\n    seen = {}\n    for p in model.parameters():\n        seen[p.untyped_storage().data_ptr()] = p.untyped_storage().nbytes()\n    return int(sum(seen.values()))",
     "x = 3  # note: param_bytes in a comment is fine",
+    "for _i in range(3):\n    print(_i)",
+    "from IPython.display import Image, display",
 ]
 
 
