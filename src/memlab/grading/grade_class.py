@@ -79,6 +79,7 @@ class ClassReport:
     seconds: float = 0.0
     workers: int = 1
     isolation: str = ""   # "bwrap ..." or "unsandboxed (why)"
+    integrity: str = ""   # PRAGMA integrity_check of the gradebook after the batch ("ok")
 
     @property
     def by_submission(self) -> dict[tuple[str, str], dict]:
@@ -370,12 +371,18 @@ def _grade_job(api, job: dict) -> dict:
                 grades.setdefault(snb.name, {})[g.name] = [
                     None if auto is None else float(auto), float(g.max_score),
                     bool(g.needs_manual_grade) if status == "ok" else False]
-    scans = {}
+    scans, ran = {}, {}
     if status == "ok":
+        import nbformat
+
         for nb_path in sorted(autograded.glob("*.ipynb")):
             scans[nb_path.stem] = _scan(nb_path)
+            ran[nb_path.stem] = {_meta(c)["grade_id"]: c.source
+                                 for c in nbformat.read(str(nb_path), as_version=4).cells
+                                 if _meta(c).get("grade") and not _meta(c).get("solution")
+                                 and _meta(c).get("grade_id")}
     return {"student": student, "assignment": assignment, "status": status, "reasons": reasons,
-            "grades": grades, "scans": scans, "timestamp": timestamp,
+            "grades": grades, "scans": scans, "timestamp": timestamp, "tests_ran": ran,
             "seconds": round(time.monotonic() - t0, 2)}
 
 
@@ -616,10 +623,15 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
             if not r.startswith("audit:"):  # the audit's own line: already in the reasons
                 review.append(f"flagged by the rubric: {r}")
         review += [e for e in scan["events"] if "memory" in e or "timeout" in e]
+    lost = []
     for nb, cells in sorted(result.get("grades", {}).items()):
-        for gid, (auto, _mx, manual) in sorted(cells.items()):
+        for gid, (auto, mx, manual) in sorted(cells.items()):
             if manual:
                 review.append(f"{nb}/{gid} needs a manual grade")
+            elif result.get("status") == "ok" and (auto or 0) < mx and not any(
+                    p.startswith(f"{gid} ") for p in parts):
+                lost.append(f"{gid} scored {auto or 0:g} of {mx:g}")
+    parts += lost  # the reason never contradicts the score
     if not parts:
         parts = ["all tests pass"]
     seen: set[str] = set()
@@ -627,9 +639,76 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     return "; ".join(dict.fromkeys(parts)), review
 
 
+def _validate(gb, result: dict) -> list[str]:
+    """What is wrong with a job's result, checked against the course gradebook before it is
+    merged: unknown notebooks or grade cells, changed points, scores out of range, and test
+    cells whose source is not the source's (the job ran other tests than the instructor's)."""
+    if result.get("status") != "ok":
+        return []
+    problems = []
+    try:
+        asg = gb.find_assignment(result["assignment"])
+    except Exception:
+        return [f"unknown assignment {result['assignment']!r}"]
+    cells = {nb.name: {g.name: float(g.max_score) for g in nb.grade_cells} for nb in asg.notebooks}
+    for nb, grades in result.get("grades", {}).items():
+        for gid, (auto, mx, _manual) in grades.items():
+            if gid not in cells.get(nb, {}):
+                problems.append(f"unknown grade cell {nb}/{gid}")
+            elif float(mx) != cells[nb][gid]:
+                problems.append(f"{nb}/{gid} worth {mx:g} points instead of {cells[nb][gid]:g}")
+            elif auto is not None and not 0 <= float(auto) <= float(mx):
+                problems.append(f"{nb}/{gid} scored {auto:g} of {mx:g}")
+    for nb, tests in result.get("tests_ran", {}).items():
+        for gid, source in tests.items():
+            try:
+                ref = gb.find_source_cell(gid, nb, result["assignment"]).source
+            except Exception:
+                problems.append(f"test cell {nb}/{gid} is not in the gradebook")
+                continue
+            if _norm(source) != _norm(ref):
+                problems.append(f"test cell {nb}/{gid} ran with a source other than the instructor's")
+    return problems
+
+
+def _merge_retrying(gb, api, base_workers: Path, result: dict, tries: int = 8) -> None:
+    """:func:`_merge`, retried with back-off while the gradebook is locked (another program, a
+    stray lock): a locked gradebook delays the batch, it never aborts it."""
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(tries):
+        try:
+            return _merge(gb, api, base_workers, result)
+        except OperationalError as exc:
+            gb.db.rollback()
+            if "locked" not in str(exc).lower() or attempt == tries - 1:
+                raise
+            time.sleep(min(0.25 * 2 ** attempt, 8.0))
+
+
+def gradebook_integrity(db_path: str | Path) -> str:
+    """SQLite's ``PRAGMA integrity_check`` of the gradebook: "ok" or what it found."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = con.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        return f"unreadable ({exc})"
+    return "; ".join(r[0] for r in rows)[:500]
+
+
 def _merge(gb, api, base_workers: Path, result: dict) -> None:
     """Write one job's grades into the main gradebook and copy its notebooks (one writer)."""
     student, assignment = result["student"], result["assignment"]
+    problems = _validate(gb, result)
+    if problems:  # never merge what the grader cannot vouch for
+        result["status"] = "failed"
+        result["reasons"] = list(result["reasons"]) + [
+            f"grader rejected the job's result ({'; '.join(problems[:3])}): scores 0"]
     gb.update_or_create_student(student)
     if result.get("timestamp"):  # from the submission's timestamp.txt (late penalties)
         from datetime import datetime
@@ -711,7 +790,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         assignments = sorted({j["assignment"] for j in jobs})
         with Gradebook(cd.db_url, cd.course_id) as gb:
             def on_result(res: dict) -> None:
-                _merge(gb, api, base, res)
+                _merge_retrying(gb, api, base, res)
                 for step in ("autograded", "feedback"):
                     dst = Path(cd.format_path(getattr(cd, f"{step}_directory"), res["student"], res["assignment"]))
                     shutil.rmtree(dst, ignore_errors=True)
@@ -722,8 +801,13 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                 results.append(res)
 
             n = _run_jobs(api, jobs, base, main_root, config_src, assignments, settings, on_result, progress)
+        integrity = gradebook_integrity(cd.db_url.replace("sqlite:///", "", 1))
+        if integrity != "ok":
+            sys.stderr.write(f"\nERROR: the gradebook failed SQLite's integrity check after the batch: "
+                             f"{integrity}\n")
         report = ClassReport(out=out, results=sorted(results, key=lambda r: (r["student"], r["assignment"])),
-                             seconds=time.monotonic() - t_start, workers=n, isolation=isolation)
+                             seconds=time.monotonic() - t_start, workers=n, isolation=isolation,
+                             integrity=integrity)
         _write_report(api, report, ignored)
         return report
     finally:
@@ -780,6 +864,7 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         "seconds": round(report.seconds, 1),
         "seconds_per_submission": round(report.seconds / max(len(report.results), 1), 2),
         "ignored_folders": ignored, "isolation": report.isolation,
+        "gradebook_integrity": report.integrity,
         "questions": q_rows, "review": review_rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -787,6 +872,7 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
              f"{len(totals)} students, {len(report.results)} submissions, {report.workers} workers, "
              f"{report.seconds:.0f} s ({summary['seconds_per_submission']} s per submission; "
              f"slowest {max(secs, default=0):.0f} s).", "",
+             f"Gradebook integrity check after the batch: {report.integrity}.", "",
              f"Isolation: {report.isolation}." + ("" if report.isolation.startswith("sandboxed") else
                                                  " LEARNER CODE RAN WITH YOUR RIGHTS: see "
                                                  "autograder/README.md, Security."), "",
