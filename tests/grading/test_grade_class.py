@@ -198,7 +198,7 @@ CORPUS = {
     "stored_success": (None, _stored_success, 0, "stored outputs"),
     "read_solutions": (READ_SOLUTIONS, None, 0, "audit: tensor_bytes line 1: import: imports sqlite3"),
     # Passes the audit (open() and os.path are allowed): the sandbox holds, nothing is found.
-    "find_solutions_sandboxed": (FIND_SOLUTIONS, None, 0, "no solution or gradebook visible"),
+    "find_solutions_sandboxed": (FIND_SOLUTIONS, None, 0, "NameError: name 'tensor_bytes' is not defined"),
 }
 # Regraded in the second batch: the ones whose outcome depends on timing or process death.
 FRAGILE = ["blank", "correct", "swallow_interrupt", "memory_hog", "os_exit", "widget_wait", "read_solutions"]
@@ -251,7 +251,11 @@ def test_every_submission_gets_its_score_and_a_reason(graded):
     by = report.by_submission
     assert sorted(s for s, _ in by) == sorted(CORPUS), "the batch must grade every submission"
     wrong = []
+    from memlab.grading import sandbox
+
     for student, (_, _, score, reason) in sorted(CORPUS.items()):
+        if student == "find_solutions_sandboxed" and not sandbox.available()[0]:
+            continue  # unsandboxed it does find the worker's course: that is the point
         r = by[(student, A)]
         if r["score"] != score or reason.lower() not in r["reason"].lower():
             wrong.append(f"{student}: got {r['score']:g} ({r['reason']}), expected {score} with '{reason}'")
@@ -364,3 +368,30 @@ def test_wall_clock_limit_per_submission(course, tmp_path):
     stuck, fine = report.by_submission[("a_stuck", A)], report.by_submission[("b_fine", A)]
     assert stuck["score"] == 0 and "over the 20 s limit per submission" in stuck["reason"], stuck["reason"]
     assert fine["score"] == 3, fine["reason"]
+
+
+def test_reason_never_contradicts_the_score():
+    from memlab.grade_class import _reason_text
+
+    zero = {"status": "ok", "reasons": [], "scans": {},
+            "grades": {"nb": {"test_a": [0.0, 2.0, False], "test_b": [1.0, 1.0, False]}}}
+    reason, _ = _reason_text(zero)
+    assert "all tests pass" not in reason and "test_a scored 0 of 2" in reason
+    full = {"status": "ok", "reasons": [], "scans": {}, "grades": {"nb": {"test_a": [2.0, 2.0, False]}}}
+    assert _reason_text(full)[0] == "all tests pass"
+
+
+def test_gradebook_integrity_check(tmp_path):
+    from memlab.grade_class import gradebook_integrity
+
+    db = tmp_path / "gb.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (x)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(5000)])
+    con.commit()
+    con.close()
+    assert gradebook_integrity(db) == "ok"
+    data = bytearray(db.read_bytes())
+    data[4096 + 100: 4096 + 4196] = b"x" * 4096   # what a learner who reaches the file does
+    db.write_bytes(bytes(data))
+    assert gradebook_integrity(db) != "ok"
