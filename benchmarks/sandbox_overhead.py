@@ -21,8 +21,8 @@ from pathlib import Path
 
 import nbformat
 
-from memlab import instructor
-from memlab.grade_class import GradeSettings, grade_class
+from memlab.grading import course as instructor
+from memlab.grading.grade_class import GradeSettings, grade_class
 from memlab.grading import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -371,7 +371,7 @@ def test_wall_clock_limit_per_submission(course, tmp_path):
 
 
 def test_reason_never_contradicts_the_score():
-    from memlab.grade_class import _reason_text
+    from memlab.grading.grade_class import _reason_text
 
     zero = {"status": "ok", "reasons": [], "scans": {},
             "grades": {"nb": {"test_a": [0.0, 2.0, False], "test_b": [1.0, 1.0, False]}}}
@@ -382,7 +382,7 @@ def test_reason_never_contradicts_the_score():
 
 
 def test_gradebook_integrity_check(tmp_path):
-    from memlab.grade_class import gradebook_integrity
+    from memlab.grading.grade_class import gradebook_integrity
 
     db = tmp_path / "gb.db"
     con = sqlite3.connect(db)

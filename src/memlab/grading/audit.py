@@ -1,8 +1,8 @@
 """Static audit of a submission's answer cells, before anything runs (Python ``ast``).
 
-Used by: :mod:`memlab.grade_class` (every submitted notebook is audited in the pre-check;
+Used by: :mod:`memlab.grading.grade_class` (every submitted notebook is audited in the pre-check;
 a violating answer cell is replaced by its released stub, so its tests score 0, and the
-submission is listed for review), tests/grading/test_audit.py, tests/hostile/.
+submission is listed for review), tests/grading/test_audit.py, tests/grading/hostile/.
 
 Why a hand-written checker and not RestrictedPython: RestrictedPython compiles code for a
 *restricted execution* (guarded ``_getattr_``/``_write_`` hooks in a globals dict it controls).
@@ -85,7 +85,7 @@ DENIED_MODULES = frozenset({
     "site", "resource", "tracemalloc", "shutil", "pathlib", "tempfile", "nbformat", "nbgrader",
     "nbclient", "traitlets", "pty", "fcntl", "mmap", "posix", "sys.monitoring",
     "memlab.grading", "memlab.grade_class", "memlab.instructor", "memlab.interview",
-    "memlab.rubric_bank", "memlab.grading_kernel", "memlab.envcheck", "memlab.gpucheck",
+    "memlab.rubric_bank", "memlab.grading_kernel", "memlab.envcheck", "memlab.gpucheck", "memlab.tools",
     "torch.multiprocessing", "torch.distributed",
 })
 DYNAMIC_CODE = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars",

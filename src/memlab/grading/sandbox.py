@@ -1,6 +1,6 @@
 """An OS sandbox for each graded kernel: bubblewrap (``bwrap``), no network, own PID namespace.
 
-Used by: :mod:`memlab.grade_class` (``grade-class`` starts every learner kernel through
+Used by: :mod:`memlab.grading.grade_class` (``grade-class`` starts every learner kernel through
 :class:`SandboxKernelManager`), tests/grading/test_sandbox.py, benchmarks/sandbox_overhead.py.
 
 What a sandboxed kernel gets (see :func:`bwrap_argv`):
@@ -137,6 +137,19 @@ def _python_binds() -> list[str]:
     return args
 
 
+def _memlab_parent() -> str | None:
+    """The folder holding the memlab package when it is not installed inside the venv."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("memlab")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+    if any(pkg.startswith(os.path.realpath(p) + os.sep) for p in (sys.prefix, sys.base_prefix)):
+        return None
+    return os.path.dirname(pkg)
+
+
 def _memlab_binds() -> list[str]:
     """memlab's package folder read-only at its own path; instructor-only parts covered."""
     import importlib.util
@@ -192,6 +205,9 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
                                          "/usr/bin", "/bin"]),
                 "HOME": home, "TMPDIR": tmp, "MPLCONFIGDIR": mpl, "PYTHONNOUSERSITE": "1",
                 "PYTHONDONTWRITEBYTECODE": "1", "IPYTHONDIR": os.path.join(home, ".ipython")}
+    pkg_parent = _memlab_parent()
+    if pkg_parent:  # the memlab the grader imports, whether found by .pth or PYTHONPATH
+        base_env["PYTHONPATH"] = pkg_parent
     src_env = dict(os.environ if env is None else env)
     for key in _ENV_KEEP:
         if key in src_env:
