@@ -34,6 +34,7 @@ try:
 except ProcessLookupError:
     r["grader_visible"] = False
 r["seen"] = {p: os.path.exists(p) for p in PATHS}
+r["cwd"] = os.getcwd()
 r["writes"] = {}
 for p in WRITES:
     try:
@@ -47,7 +48,7 @@ print(json.dumps(r))
 def _client(nb, folder, **km):
     from nbclient import NotebookClient
 
-    return NotebookClient(nb, timeout=6, kernel_name="python3", allow_errors=True,
+    return NotebookClient(nb, timeout=45, kernel_name="python3", allow_errors=True,
                           interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}},
                           kernel_manager_class=sandbox.SandboxKernelManager, **km)
 
@@ -61,7 +62,8 @@ def test_kernel_is_confined(tmp_path):
         str(ROOT / "src" / "memlab" / "__init__.py"), str(tmp_path / "elsewhere"), "/root/.ssh",
         "/home"]
     (tmp_path / "elsewhere").mkdir()
-    writes = [str(folder / "mine.txt"), "/tmp/t.txt", str(ROOT / "src" / "memlab" / "x.py"),
+    paths.append(str(folder))  # its own real path is not shown either (it is /submission inside)
+    writes = ["mine.txt", "/tmp/t.txt", str(ROOT / "src" / "memlab" / "x.py"),
               str(tmp_path / "elsewhere" / "x"), "/usr/x"]
     setup = f"GRADER_PID = {os.getpid()}\nPATHS = {paths!r}\nWRITES = {writes!r}\n"
     nb = nbformat.v4.new_notebook(cells=[
@@ -71,6 +73,7 @@ def test_kernel_is_confined(tmp_path):
     ])
     client = _client(nb, folder)
     client.execute()
+    assert nb.cells[0].outputs and "text" in nb.cells[0].outputs[0], nb.cells[0].outputs
     out = json.loads(nb.cells[0].outputs[0]["text"])
     assert out["memlab"] == str(ROOT / "src" / "memlab" / "__init__.py")
     assert out["net"] in ("OSError", "ConnectionRefusedError") or "Error" in out["net"], out["net"]
@@ -78,7 +81,7 @@ def test_kernel_is_confined(tmp_path):
     assert out["grader_visible"] is False and out["pid"] < 10, out
     assert out["seen"] == {p: p.endswith("__init__.py") for p in paths}, out["seen"]
     assert out["writes"] == {p: p in (writes[0], writes[1]) for p in writes}, out["writes"]
-    assert (folder / "mine.txt").read_text() == "x"
+    assert (folder / "mine.txt").read_text() == "x" and out["cwd"] == sandbox.INSIDE
     assert (folder / sandbox.KERNEL_DIR / "tmp" / "t.txt").is_file(), "/tmp is a view of the folder"
     assert not (ROOT / "src" / "memlab" / "x.py").exists()
     assert nb.cells[1].outputs[-1]["ename"] == "KeyboardInterrupt", "interrupt by message"

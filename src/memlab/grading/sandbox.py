@@ -12,7 +12,9 @@ What a sandboxed kernel gets (see :func:`bwrap_argv`):
 * a read-only view of the system (``/usr`` and the merged-usr links, a short list of
   ``/etc`` files, ``/sys/devices/system/cpu`` for torch's cpuinfo), of the Python installation
   and of the venv, and **exactly one writable folder**: the folder the kernel runs in (nbgrader's
-  autograded copy of this one submission). ``/tmp`` is a view of a subfolder of it;
+  autograded copy of this one submission), shown at :data:`INSIDE` (``/submission``), so its
+  real path, which names the grader's folders, is not visible either. ``/tmp`` is a view of a
+  subfolder of it;
   ``$HOME``, the IPython profile and matplotlib's cache live in it too;
 * memlab: the venv installs memlab *editable* (a ``.pth`` line pointing at the checkout's
   ``src/``). Binding the checkout would show solutions/, the gradebook and every submission, so
@@ -60,6 +62,8 @@ __all__ = ["available", "bwrap_argv", "SandboxKernelManager", "warn_unsandboxed"
 # folder is bound over each one that exists).
 INSTRUCTOR_ONLY: tuple[str, ...] = ("grading/oracles",)
 KERNEL_DIR = ".kernel"       # connection file, IPC sockets, HOME and /tmp of one kernel
+INSIDE = "/submission"       # where the writable folder appears inside the sandbox (its real
+                             # path, which names the grader's folders, is not shown)
 UNSANDBOXED_WARNING = (
     "WARNING: bubblewrap (bwrap) is not usable here ({why}): learner code runs UNSANDBOXED, with "
     "your user's rights, network and files. Install it (Debian/Ubuntu: apt-get install "
@@ -176,7 +180,7 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
                env: dict[str, str] | None = None, wall_seconds: float = 0,
                extra_ro: Iterable[str] = (), links: dict[str, str] | None = None) -> list[str]:
     """The full command line that runs ``command`` sandboxed with ``writable`` as its only
-    writable folder (bound at its own path, also seen as /tmp through ``writable/.kernel/tmp``)
+    writable folder (shown inside at INSIDE, also seen as /tmp through ``writable/.kernel/tmp``)
     and cwd. ``env``: the variables to pass (everything else is cleared; HOME, TMPDIR and
     MPLCONFIGDIR point into the folder). ``wall_seconds`` > 0: killed after that many seconds
     (coreutils ``timeout -s KILL``, outside the sandbox)."""
@@ -185,25 +189,27 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
         raise FileNotFoundError("bwrap not found on PATH")
     folder = os.path.realpath(writable)
     kdir = os.path.join(folder, KERNEL_DIR)
-    home, tmp = os.path.join(kdir, "home"), os.path.join(kdir, "tmp")
-    mpl = os.path.join(kdir, "mpl")
-    for d in (home, tmp, mpl):
-        os.makedirs(d, exist_ok=True)
-    _seed_matplotlib_cache(mpl)
+    tmp = os.path.join(kdir, "tmp")
+    for d in ("home", "tmp", "mpl"):
+        os.makedirs(os.path.join(kdir, d), exist_ok=True)
+    _seed_matplotlib_cache(os.path.join(kdir, "mpl"))
+    ikdir = os.path.join(INSIDE, KERNEL_DIR)
+    home, mpl = os.path.join(ikdir, "home"), os.path.join(ikdir, "mpl")
     args = [exe, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session",
-            "--proc", "/proc", "--dev", "/dev", *_system_binds(), *_python_binds(),
+            "--proc", "/proc", "--dev", "/dev",
+            # /tmp first: a checkout or venv that lives under /tmp is then bound on top of it
+            "--bind", tmp, "/tmp", *_system_binds(), *_python_binds(),
             *_memlab_binds()]
     for p in extra_ro:
         args += ["--ro-bind", p, p]
-    # /tmp first: a folder that lives under /tmp is then bound on top of it
-    args += ["--bind", tmp, "/tmp", "--bind", folder, folder]
+    args += ["--bind", folder, INSIDE]
     for link, target in (links or {}).items():  # symbolic links (not writable places)
-        args += ["--symlink", target, link]
-    args += ["--chdir", folder, "--clearenv"]
+        args += ["--symlink", INSIDE if os.path.realpath(target) == folder else target, link]
+    args += ["--chdir", INSIDE, "--clearenv"]
     base_env = {"PATH": os.pathsep.join([os.path.join(sys.prefix, "bin"), "/usr/local/bin",
                                          "/usr/bin", "/bin"]),
-                "HOME": home, "TMPDIR": tmp, "MPLCONFIGDIR": mpl, "PYTHONNOUSERSITE": "1",
+                "HOME": home, "TMPDIR": "/tmp", "MPLCONFIGDIR": mpl, "PYTHONNOUSERSITE": "1",
                 "PYTHONDONTWRITEBYTECODE": "1", "IPYTHONDIR": os.path.join(home, ".ipython")}
     pkg_parent = _memlab_parent()
     if pkg_parent:  # the memlab the grader imports, whether found by .pth or PYTHONPATH
@@ -279,6 +285,10 @@ class SandboxKernelManager(AsyncKernelManager):
             self.sandbox_state = f"unsandboxed ({why})"
             return cmd
         self.sandbox_state = "bwrap"
+        # Inside, the folder is INSIDE and the short link points there: the kernel reads its
+        # connection file through the link (the same file, a path valid on both sides).
+        short_cf = os.path.join(self._short_link, KERNEL_DIR, os.path.basename(self.connection_file))
+        cmd = [short_cf if a == self.connection_file else a for a in cmd]
         return bwrap_argv(cmd, self._sandbox_cwd, wall_seconds=self.wall_seconds,
                           links={self._short_link: self._sandbox_cwd})
 
