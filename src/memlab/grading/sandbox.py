@@ -267,7 +267,8 @@ class SandboxKernelManager(AsyncKernelManager):
         # A Unix socket path has at most 107 bytes and the folder's path can be longer: the
         # sockets are addressed through a short link /tmp/mlk-<random> -> the folder (the
         # same link exists inside the sandbox).
-        self._short_link = os.path.join(tempfile.gettempdir(), f"mlk-{uuid.uuid4().hex[:12]}")
+        base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()  # short, not $TMPDIR
+        self._short_link = os.path.join(base, f"mlk-{uuid.uuid4().hex[:12]}")
         os.symlink(cwd, self._short_link)
         self.ip = os.path.join(self._short_link, KERNEL_DIR, name)
         self._sandbox_cwd = cwd
@@ -297,6 +298,10 @@ class SandboxKernelManager(AsyncKernelManager):
         link = getattr(self, "_short_link", None)
         if link and not restart and os.path.islink(link):
             os.unlink(link)
+        if not restart and getattr(self, "_sandbox_cwd", None):
+            # sockets, HOME and /tmp of the kernel (with links that only resolve inside): gone
+            # before nbgrader walks the folder
+            shutil.rmtree(os.path.join(self._sandbox_cwd, KERNEL_DIR), ignore_errors=True)
 
 
 if __name__ == "__main__":
