@@ -20,12 +20,16 @@ What happens (see autograder/README.md for the security model):
    duplicated / retyped / unknown grade cells, edited locked cells, stored outputs, another
    kernelspec), repairs what it can and states a reason, then runs nbgrader's autograde and
    generate_feedback in its own process through :class:`nbgrader.apps.NbGraderAPI`.
+   Before anything runs, answer cells are audited (:mod:`memlab.grading.audit`); each kernel
+   runs under bubblewrap (:mod:`memlab.grading.sandbox`; "unsandboxed" in the report where it
+   is not usable).
 3. Limits applied by the command itself: ``Execute.timeout`` per cell (``--cell-timeout``),
    a wall-clock limit per submission (``--submission-timeout``: the worker, and through
    ``PR_SET_PDEATHSIG`` its kernel, is killed and restarted; the submission scores 0), and
    ``RLIMIT_AS`` per kernel (``--memory-mb``) through a kernel launcher
    (:mod:`memlab.grading.kernel`) that also imports :mod:`memlab.grading` first.
-4. One writer: the main process merges each job's grades into the course gradebook
+4. One writer: the main process validates each job's result (:func:`_validate`), then merges
+   it (retrying while the gradebook is locked) into the course gradebook
    (nbgrader's SQLite file is not safe for concurrent writers) and copies the autograded
    notebooks and feedback HTML into autograder/work/. Submissions nbgrader could not grade
    (kernel died, wall timeout, no readable notebook) get 0 on every cell and a reason.
