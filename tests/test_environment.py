@@ -62,7 +62,8 @@ def test_environment_yml_lists_the_same_pins():
 def test_pyproject_matches_python_and_declares_markers():
     py = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert py["project"]["name"] == "memlab"
-    assert py["project"]["requires-python"] == ">=3.11,<3.12"
+    # the pinned reference is 3.11 (environment.yml, Makefile); hosted runtimes bring 3.12/3.13
+    assert py["project"]["requires-python"] == ">=3.11,<3.14"
     # the pins live in requirements.txt only: a second list in pyproject would drift
     assert py["project"].get("dependencies", []) == [], (
         "keep pyproject's dependencies empty: pins belong in requirements.txt")
@@ -83,3 +84,20 @@ def test_installed_torch_is_the_pinned_one():
 
     assert torch.__version__.split("+")[0] == requirements()["torch"], (
         f"installed torch {torch.__version__} differs from the pin: run `make test` from a clean .venv")
+
+
+def test_hosted_extra_excludes_torch_and_is_satisfied_by_the_pins():
+    """`pip install memlab[hosted]` (README "Hosted notebook") keeps the runtime's torch, and the
+    pinned set is one of the environments it allows (lower bounds at or below each pin)."""
+    py = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    hosted = py["project"]["optional-dependencies"]["hosted"]
+    pins = requirements()
+    assert hosted, "the hosted extra lists what the notebooks import besides torch"
+    for dep in hosted:
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)>=([0-9.]+)", dep.replace(" ", ""))
+        assert m, f"{dep!r}: the hosted extra takes lower bounds only (a runtime's copy satisfies them)"
+        name, low = m.group(1).lower(), m.group(2)
+        assert name != "torch", "the hosted extra must not name torch: it would replace the runtime's"
+        assert name in pins, f"{name} of the hosted extra is not pinned in requirements.txt"
+        as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
+        assert as_tuple(pins[name]) >= as_tuple(low), f"{name}=={pins[name]} does not satisfy {dep}"

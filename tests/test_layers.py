@@ -25,10 +25,7 @@ SAME_LAYER_OK = {
     ("lessons.amp", "lessons.accumulation"): "03's graded tests reuse 04's TrainingSpy",
 }
 # Cycles being removed by open work, each with the issue that removes it. Keep this empty.
-KNOWN_CYCLES = {
-    "grading.rubric -> grading.rubric_bank -> grading.rubric":
-        "issue 16 splits rubric.py (engine / number parsing / bank) and removes it",
-}
+KNOWN_CYCLES: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:

@@ -26,6 +26,8 @@ This module is the facade learners use:
 - plotting:   :func:`plot_timeline`
 - modules:    ``ml.formulas``, ``ml.models``, ``ml.checkpointing``, ``ml.amp``, ``ml.rubric``,
               ... (loaded on first use, so ``import memlab`` stays fast for the autograder)
+- notebooks:  :class:`visible_test` (a visible test cell with nbgrader's verdict: stderr or a
+              warning fails it), :class:`waiting_for` (a demo cell waits for an exercise)
 """
 from __future__ import annotations
 
@@ -33,6 +35,16 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+
+from .measure import compat as _compat
+
+# Before anything else can fail on an unsupported torch (a notebook's own imports, memlab's):
+# say once, on stderr, what is missing and what to do. The first cell's versions_banner() then
+# stops with the same message (memlab.measure.compat).
+if _compat.parse_version(__import__("torch").__version__) < _compat.parse_version(_compat.TORCH_RANGE[0]):
+    import warnings as _warnings
+
+    _warnings.warn(_compat.check().message(), _compat.UnsupportedTorchWarning, stacklevel=2)
 
 from .measure import formulas, models
 from .measure.breakdown import (SavedActivations, StepReport, grad_bytes, optimizer_state_bytes,
@@ -44,6 +56,7 @@ from .measure.plots import plot_timeline
 from .measure.tracker import (CUDA_ROUNDING, MemoryTracker, PeakResult, TimelinePoint,
                               measure_peak, storage_bytes)
 from .measure.units import GB, GiB, KiB, MiB, fmt_bytes
+from .measure.visible import visible_test, waiting_for
 
 __version__ = "0.1.0"
 
@@ -54,22 +67,27 @@ __all__ = [
     "CUDA_ROUNDING", "SavedActivations", "StepReport", "grad_bytes", "optimizer_state_bytes",
     "param_bytes", "saved_activation_bytes", "training_step_breakdown", "memory_budget",
     "estimate_training_step", "plot_timeline", "formulas", "models",
+    "visible_test", "waiting_for",
 ]
 
 # The short names notebooks use (``ml.amp``, ``import memlab.tracker``, ...) -> where each
 # module lives. ``ml.<name>`` loads on first use; ``import memlab.<name>`` gives the very
 # same module object (so ``importlib.reload`` and the grading guard see one module).
 MODULES = {
-    "device": "measure.device", "units": "measure.units", "tracker": "measure.tracker",
+    "device": "measure.device", "compat": "measure.compat", "units": "measure.units",
+    "tracker": "measure.tracker",
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
+    "visible": "measure.visible",
+    "formulas": "measure.formulas", "models": "measure.models",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",
+    "levers": "lessons.levers", "serving": "lessons.serving",
     "rubric": "grading.rubric", "rubric_bank": "grading.rubric_bank",
     "interview": "grading.interview", "grade_class": "grading.grade_class",
     "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
-    "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck",
+    "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck", "hostedcheck": "tools.hostedcheck",
 }
 _SUBPACKAGES = {"measure", "lessons", "grading", "tools"}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import make_course, nbgrader_meta, with_answer  # noqa: F401
+from course_support import make_course, nbgrader_meta, with_answer  # noqa: F401
 from memlab.grading import instructor
 from memlab.tools import envcheck  # noqa: F401
 from memlab.grading.grade_class import GradeSettings, grade_class

@@ -1030,9 +1030,14 @@ def test_normalize():
     ("28,000 MB", 28, "GB", 1.0),
     ("26,1 GiB", 28, "GB", 1.0),          # decimal comma
     ("24 GB (22.35 GiB)", 24, "GB", 1.0),  # two consistent forms of one value
-    ("24 GiB", 24, "GB", 0.5),            # 25.77 GB: 7.4% off
-    ("22.35 GiB", 24, "GiB", 0.5),        # 6.9% off
-    ("24 GB", 24, "GiB", 0.5),            # 22.35 GiB
+    ("24 GiB", 24, "GB", 0.0),            # 25.77 GB: off by exactly GiB/GB, a unit mix-up
+    ("22.35 GiB", 24, "GiB", 0.0),        # 24 GB written as GiB: a mix-up, not an estimate
+    ("24 GB", 24, "GiB", 0.0),            # 22.35 GiB: a mix-up
+    ("26.1 GiB", 24, "GB", 0.5),          # 28.0 GB: 16.8% off, no unit factor: an estimate
+    ("1552 Mb", 1552, "MiB", 0.0),        # megabits: 185 MiB
+    ("1552 Mb", 194, "MB", 1.0),          # megabits, right as bits
+    ("1.3B x 16 B = 20.8 GB", 20.8, "GB", 1.0),   # shown working: the value after "="
+    ("16 B/param x 1.3e9 = 20.8e9 bytes", 20.8, "GB", 1.0),
     ("25.1 GB", 24, "GB", 1.0),           # 4.6%
     ("25.3 GB", 24, "GB", 0.5),           # 5.4%
     ("28.7 GB", 24, "GB", 0.5),           # 19.6%
@@ -1058,9 +1063,30 @@ def test_numeric_feedback_names_expected_value_and_error():
     assert "26.1 GiB" in r.feedback[0]
 
 
-def test_gb_gib_mixup_gets_a_hint():
+def test_unit_mixup_scores_zero_and_names_it():
+    # issue 16: a number right in the other unit system is a mix-up, not a close estimate
     r = grade_numeric("24 GiB", 24, "GB")
-    assert r.score == 0.5 and any("GiB = 2^30" in line for line in r.feedback)
+    assert r.score == 0.0 and any("GB vs GiB mix-up" in line for line in r.feedback)
+    r = grade_numeric("2 TiB", 2, "TB")
+    assert r.score == 0.0 and any("TB vs TiB mix-up" in line for line in r.feedback)
+    assert grade_numeric("700 MiB", 700, "MB").score == 1.0   # 4.9%: inside the tolerance
+    bits = grade_numeric("1552 Mb", 1552, "MB")
+    assert bits.score == 0.0 and any("bits vs bytes mix-up" in line for line in bits.feedback)
+    assert grade_numeric("1552 MB", 1552, "MB").score == 1.0
+    # an honest estimate 5-20% off keeps its partial credit
+    assert grade_numeric("25.3 GB", 24, "GB").score == 0.5
+
+
+def test_plain_number_is_flagged_unless_the_question_says_its_unit():
+    # "0.4" for a question in ms: read as 0.4 ms, flagged, and told it is right in s
+    r = grade_numeric("0.4", 400, "ms")
+    assert r.score == 0.0 and r.needs_review
+    assert any("right if read in s" in line for line in r.feedback)
+    wrong = grade_numeric("30", 24, "GB")
+    assert wrong.score == 0.0 and wrong.needs_review and "write the unit" in wrong.report()
+    said = grade_numeric("30", 24, "GB", plain_in_unit=True)
+    assert said.score == 0.0 and not said.needs_review
+    assert grade_numeric("24", 24, "GB").score == 1.0 and not grade_numeric("24", 24, "GB").needs_review
 
 
 def test_plain_number_in_bytes_is_flagged():

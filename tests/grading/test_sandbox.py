@@ -70,6 +70,9 @@ def test_kernel_is_confined(tmp_path):
         nbformat.v4.new_code_cell(setup + PROBE),
         nbformat.v4.new_code_cell("import time\nwhile True:\n    time.sleep(0.1)"),
         nbformat.v4.new_code_cell("print('after the interrupt')"),
+        # the kernel's folder (.kernel/) is removed at kernel cleanup: look from inside
+        nbformat.v4.new_code_cell(f"import os\nprint(os.path.isfile("
+                                  f"{sandbox.INSIDE + '/' + sandbox.KERNEL_DIR + '/tmp/t.txt'!r}))"),
     ])
     client = _client(nb, folder)
     client.execute()
@@ -82,7 +85,8 @@ def test_kernel_is_confined(tmp_path):
     assert out["seen"] == {p: p.endswith("__init__.py") for p in paths}, out["seen"]
     assert out["writes"] == {p: p in (writes[0], writes[1]) for p in writes}, out["writes"]
     assert (folder / "mine.txt").read_text() == "x" and out["cwd"] == sandbox.INSIDE
-    assert (folder / sandbox.KERNEL_DIR / "tmp" / "t.txt").is_file(), "/tmp is a view of the folder"
+    assert nb.cells[3].outputs[0]["text"] == "True\n", "/tmp is a view of the folder"
+    assert not (folder / sandbox.KERNEL_DIR).exists(), "the kernel's folder is removed at cleanup"
     assert not (ROOT / "src" / "memlab" / "x.py").exists()
     assert nb.cells[1].outputs[-1]["ename"] == "KeyboardInterrupt", "interrupt by message"
     assert nb.cells[2].outputs[0]["text"] == "after the interrupt\n"

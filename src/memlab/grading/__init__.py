@@ -5,7 +5,10 @@ Layer 3 of memlab (see docs/ARCHITECTURE.md): may import ``memlab.measure`` and
 
 - guard:       the in-kernel guard graded test cells call (``ml.grading.guard()``)
 - kernel:      the grader's kernel launcher (resource limits, guard imported first)
-- rubric, rubric_bank: written, numeric, choice and ordering answers
+- rubric:      the graders' public face (``ml.rubric``: grade_text / grade_numeric /
+               grade_choice / grade_ordering), made of: answers (Result, untrusted input),
+               quantities (numbers and units), choices, spelling (typo tolerance),
+               concepts (the concept-rubric engine) and rubric_bank (the course's rubrics)
 - interview:   07's question registry, widgets and the instructor's review
 - grade_class: grading a whole class
 - audit:       static audit of answer cells before anything runs (issue 19)

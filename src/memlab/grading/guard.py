@@ -34,12 +34,22 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["TamperError", "guard", "tampered", "original", "WATCHED"]
+__all__ = ["TamperError", "guard", "tampered", "original", "WATCHED", "LESSON_HELPERS"]
 
 
 class TamperError(AssertionError):
     """A function or hook a graded test relies on was replaced by code in the notebook."""
 
+
+# Helpers of single notebooks that their graded tests call to measure or compare (08, 09).
+LESSON_HELPERS: tuple[str, ...] = (
+    "memlab.lessons.levers.eager_attention", "memlab.lessons.levers.state_bytes_after_step",
+    "memlab.lessons.levers.make_optimizer", "memlab.lessons.levers.train_plain",
+    "memlab.lessons.levers.train_steps", "memlab.lessons.levers.step_peak",
+    "memlab.lessons.levers.max_abs_param_diff",
+    "memlab.lessons.serving.generate", "memlab.lessons.serving.cache_bytes",
+    "memlab.lessons.serving.decode_peak", "memlab.lessons.serving.TinyDecoder",
+)
 
 # (name, getter) pairs: what graded tests call to measure or compare.
 WATCHED: tuple[str, ...] = (
@@ -54,6 +64,8 @@ WATCHED: tuple[str, ...] = (
     "torch.cuda.max_memory_reserved", "torch.cuda.is_available",
     "memlab.measure_peak", "memlab.MemoryTracker", "memlab.storage_bytes",
     "memlab.measure.tracker.measure_peak", "memlab.measure.tracker.MemoryTracker",
+    "memlab.training_step_breakdown", "memlab.param_bytes",
+    *LESSON_HELPERS,
 )
 
 _MISSING = object()
@@ -92,6 +104,8 @@ def _snapshot() -> dict[str, tuple[Any, Any]]:
 try:  # what graded tests rely on, as it was when this module was first imported
     import torch  # noqa: F401
     import memlab.measure.tracker  # noqa: F401
+    import memlab.lessons.levers  # noqa: F401  (LESSON_HELPERS)
+    import memlab.lessons.serving  # noqa: F401
 except Exception:  # pragma: no cover - memlab without torch is not a supported install
     pass
 _ORIGINALS = _snapshot()
@@ -123,7 +137,8 @@ def _ground_truth_problems() -> list[str]:
     for name, pkg in (("torch.cuda.max_memory_allocated", "torch"),
                       ("torch.cuda.memory_allocated", "torch"),
                       ("torch.cuda.reset_peak_memory_stats", "torch"),
-                      ("memlab.measure_peak", "memlab"), ("memlab.measure.tracker.measure_peak", "memlab")):
+                      ("memlab.measure_peak", "memlab"), ("memlab.measure.tracker.measure_peak", "memlab"),
+                      *((name, "memlab") for name in LESSON_HELPERS)):
         obj = _lookup(name)
         code = getattr(obj, "__code__", None)
         if obj is _MISSING or code is None or pkg not in _PACKAGE_DIRS:

@@ -6,9 +6,10 @@ Used by: `make release`, autograder/README.md, tests/notebooks/test_nbgrader_pip
     python -m memlab.grading.instructor autograde ASSIGNMENT [--student ID ...]
     python -m memlab.grading.instructor feedback ASSIGNMENT [--student ID ...]
     python -m memlab.grading.instructor export [--to FILE]             grades as CSV
-    python -m memlab.grading.instructor grade-class SUBMISSIONS [--workers N] [--out DIR] ...
+    python -m memlab.grading.instructor grade-class SUBMISSIONS [--workers N | --scheduler ADDR]
+                                 [--student ID] [--assignment A] [--no-resume] [--out DIR] ...
                                  a whole class (folder or zip) in parallel: autograde,
-                                 feedback, CSV, summary (memlab.grading.grade_class)
+                                 feedback, CSV, summary (memlab.grading.grade_class); resumable
     python -m memlab.grading.instructor reviews [ASSIGNMENT]           answers flagged for manual review
 
 Every command loads autograder/nbgrader_config.py (or ``--config FILE``) and drives nbgrader
@@ -59,6 +60,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="wall-clock seconds per student and assignment (default 900)")
     p.add_argument("--memory-mb", type=int, default=4096,
                    help="address-space limit per kernel in MiB (0: none; default 4096)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="grade on a Dask cluster (tcp://host:8786) instead of local processes; "
+                        "its workers need the same venv (see autograder/README.md)")
+    p.add_argument("--student", action="append", default=None,
+                   help="grade (again) only this student (repeatable); the report still covers all")
+    p.add_argument("--assignment", action="append", default=None,
+                   help="grade (again) only this assignment (repeatable)")
+    p.add_argument("--no-resume", action="store_true",
+                   help="grade everything again (default: skip what the report's ledger already holds)")
+    p.add_argument("--cold", action="store_true",
+                   help="start a fresh interpreter per job and per kernel (slower; no warm fork)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run kernels without bubblewrap (UNSAFE: learner code gets your rights)")
@@ -88,14 +100,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             cell_timeout = args.cell_timeout or int(load_config(args.config).Execute.timeout or 300)
             settings = GradeSettings(workers=args.workers, cell_timeout=cell_timeout,
                                      submission_timeout=args.submission_timeout,
-                                     memory_mb=args.memory_mb, sandbox=not args.no_sandbox,
-                                     audit=not args.no_audit)
+                                     memory_mb=args.memory_mb, scheduler=args.scheduler,
+                                     students=tuple(args.student or ()),
+                                     assignments=tuple(args.assignment or ()),
+                                     resume=not args.no_resume, warm=not args.cold,
+                                     sandbox=not args.no_sandbox, audit=not args.no_audit)
             report = grade_class(args.submissions, config_path=args.config, out=args.out,
                                  settings=settings, progress=not args.quiet)
-            n = len(report.results)
+            n = report.graded
             print(f"isolation: {report.isolation}")
             print(f"graded {n} submissions with {report.workers} workers in {report.seconds:.0f} s "
-                  f"({report.seconds / max(n, 1):.1f} s per submission)")
+                  f"({report.seconds / max(n, 1):.1f} s per submission); {report.skipped} already "
+                  f"graded (ledger); report covers {len(report.results)}")
             print(f"report: {report.out}/summary.md (grades.csv, submissions.csv, questions.csv, "
                   f"review.csv, score_distribution.png)")
     except (NbgraderError, RuntimeError, FileNotFoundError, ValueError) as exc:

@@ -42,8 +42,8 @@ What a learner can see, and the trade-offs
   and its handler refuses until a non-empty answer was checked), not against a learner
   who calls the functions directly: practice keys are not secret.
 * Test cells run in the learner's kernel, so learner code could replace what they call.
-  :func:`grade` uses private copies of :mod:`memlab.grading.rubric` and :mod:`memlab.grading.rubric_bank`,
-  executed from the package files when this module is imported (before any learner code in
+  :func:`grade` uses private copies of :mod:`memlab.grading.rubric`, the modules it is made
+  of and :mod:`memlab.grading.rubric_bank`, executed from the package files when this module is imported (before any learner code in
   07), so patching ``ml.rubric`` does not change a grade; answers are read through the base types
   (subclasses with a rigged ``__eq__`` score 0), and :func:`find_reviews` re-grades every
   interview answer *outside* the kernel, from the answer cells' literal values and the test
@@ -57,7 +57,6 @@ import ast
 import contextlib
 import html
 import importlib
-import importlib.util
 import io
 import json
 import math
@@ -165,37 +164,24 @@ def _question(qid: object) -> Question:
     return QUESTIONS[qid]
 
 
-def _load_private(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module           # dataclasses look their module up while it runs
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+_PRIVATE = "memlab._interview_engine"
 
 
 def _load_engine() -> tuple[Any, Any]:
-    """Private copies of memlab/rubric.py and memlab/rubric_bank.py, executed from the package
-    files under their own names, so ``ml.rubric.grade_text = ...`` in a learner's kernel does
-    not reach them (and ``ml.rubric`` itself, and its classes, are left alone)."""
-    import memlab
+    """Private copies of the grading engine (memlab/grading/rubric.py and the modules it is
+    made of: answers, quantities, choices, spelling, concepts, rubric_bank), executed from
+    the package files as submodules of a private package, so ``ml.rubric.grade_text = ...``
+    or a patched ``memlab.grading.concepts`` in a learner's kernel does not reach them
+    (and the public modules, and their classes, are left alone)."""
+    import types
 
     here = Path(__file__).resolve().parent
-    import memlab.grading as grading
-
-    rubric = _load_private("memlab.grading._interview_rubric", here / "rubric.py")
-    saved_module = sys.modules.get("memlab.grading.rubric")
-    saved_attr = grading.__dict__.get("rubric")
-    sys.modules["memlab.grading.rubric"] = rubric   # the bank's `from .rubric import ...`
-    try:
-        bank = _load_private("memlab.grading._interview_rubric_bank", here / "rubric_bank.py")
-    finally:
-        if saved_module is not None:
-            sys.modules["memlab.grading.rubric"] = saved_module
-        else:
-            sys.modules.pop("memlab.grading.rubric", None)
-        if saved_attr is not None:
-            grading.rubric = saved_attr  # type: ignore[attr-defined]
-    return rubric, bank
+    package = types.ModuleType(_PRIVATE)
+    package.__path__ = [str(here)]          # its submodules are read from grading/'s files
+    package.__package__ = _PRIVATE
+    sys.modules[_PRIVATE] = package         # dataclasses look their module up while it runs
+    rubric = importlib.import_module(f"{_PRIVATE}.rubric")
+    return rubric, sys.modules[f"{_PRIVATE}.rubric_bank"]
 
 
 # Loaded when this module is imported: in 07, by the set-up cell, before any learner code.

@@ -4,7 +4,7 @@ Used by: the written questions of 02 (``checkpointing_cost``), 03 (``fp16_loss_s
 04 (``accumulation_equivalence``), 05 (``oom_before_batch``), 06 (``sharding_when_why``)
 and 07 (interview prep: all seven rubrics; ``activations_scaling``,
 ``allocated_vs_reserved`` and ``sharding_when_why`` were written for it), and the self-study
-reveal of :mod:`memlab.grading.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
+reveal of :mod:`memlab.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
 an attempt; the text is public in this file anyway).
 
 Patterns are matched against normalised text (see :func:`memlab.grading.rubric.normalize`):
@@ -12,7 +12,7 @@ lowercase, contractions expanded ("does not"), hyphens as spaces, ``fp16``/``bf1
 ``fp32`` spelled one way, and ``,`` / ``.`` as separate tokens. ``G(n)`` allows up to n
 words in between, inside one clause and never over a negation. Each pattern is a vetted
 phrasing; when an instructor finds a correct answer that a rubric missed, add the
-phrasing here together with that answer as a labelled case in tests/grading/test_rubric.py.
+phrasing here together with that answer as a labelled case in tests/grading/data/answers.jsonl.
 
 Sources for the facts: the course brief; REFERENCE.md (Chen et al. 2016 for
 checkpointing, Korthikanti et al. 2022 for the recompute cost, Micikevicius et al. 2018
@@ -22,7 +22,7 @@ allocated vs reserved, Rajbhandari et al. 2020 (ZeRO) for sharding).
 """
 from __future__ import annotations
 
-from .rubric import Concept, Misconception, Rubric, gap
+from .concepts import Concept, Misconception, Rubric, gap
 
 G = gap
 _SHRINK = r"(?:reduc|lower|decreas|shrink|cut|halv|drop|smaller)\w*"
@@ -145,7 +145,13 @@ OOM_BEFORE_BATCH = Rubric(
             rf"first (?:thing|step|option|fix|move) {G(3, _NOT_SEQUENCE)}{_SHRINK} {G(2)}{_BATCH}",
             rf"just {_SHRINK} {G(2)}{_BATCH}",
         ), 0.35, "try mixed precision, checkpointing and accumulation first; a smaller batch "
-                 "changes the training dynamics and GPU utilisation"),
+                 "changes the training dynamics and GPU utilisation", fatal=True),
+        Misconception("confuses mixed precision with int8 quantisation of the weights", (
+            r"int8",
+            rf"quanti[sz]\w* {G(3)}(?:weights|model|parameters)",
+            rf"(?:halv|reduc|shrink)\w* {G(2)}(?:the )?(?:parameters|weights) (?:to|in) (?:8|int8)",
+        ), 0.3, "mixed precision runs activations and gradients in 16-bit floats; int8 quantisation is "
+                "another technique"),
         Misconception("confuses gradient checkpointing with saving checkpoints to disk", (
             rf"(?:sav|writ|dump|stor)\w* {G(3)}checkpoints? {G(3)}(?:to|on) {G(1)}(?:disk|drive|"
             r"file|ssd)",
@@ -157,6 +163,14 @@ OOM_BEFORE_BATCH = Rubric(
     topic=(r"memory", r"batch\w*", r"precision", r"checkpoint\w*", r"accumulat\w*", r"gradients?",
            r"activations?", r"gpu", r"oom|out of memory"),
     full_credit_at=0.75,
+    course_text=(
+        'Recap (05): an out-of-memory error is a message to read before it is a problem to fix. The levers differ in what they cost: precision costs little, recomputation costs time, accumulation costs steps, a smaller batch changes the training itself.',
+        'Read the error: the breakdown printed at the failure says which consumer dominates.',
+        'Mixed precision (bf16 autocast; notebook 03): activations in 2 bytes instead of 4.',
+        'Activation checkpointing (notebook 02), only where memory binds: it costs a recomputation in every backward.',
+        'Gradient accumulation (notebook 04): smaller micro-batches, the same effective batch.',
+        'A smaller optimizer state, where the recipe allows it; a smaller batch only as the last resort, because it changes the training itself.',
+    ),
     model_answer=(
         "First bf16 (or fp16 with a GradScaler) mixed precision: activations and gradients "
         "take 2 bytes instead of 4, roughly halving that memory. Then gradient checkpointing: "
@@ -201,6 +215,9 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:stores?|keeps?|saves?|remembers?) {G(2)}(?:inputs?|boundar\w*) (?:of|to|"
             rf"at) {G(2)}(?:segment|block|layer|checkpoint)\w*",
             rf"(?:stor|sav|keep)\w* (?:fewer|less|not all|only some|only a few) {G(1)}{_ACTS}",
+            rf"(?:not|never|no longer|without|instead of) {G(1)}(?:stor|keep|sav|hold|cach|retain)\w* "
+            r"(?:on to |onto )?(?:what|everything|all|most|each|every)",
+            rf"only {G(2)}inputs? (?:of|to) (?:each|every|the) {G(1)}(?:segment|block|layer|checkpoint|fn)\w*",
             rf"(?:fewer|less|not all|not every) {G(1)}{_ACTS} {G(3)}(?:stored|kept|saved|in memory|"
             r"held)",
         ), 1.0, "say what is saved: most activations are dropped, only segment inputs are kept"),
@@ -208,11 +225,13 @@ CHECKPOINTING_COST = Rubric(
             r"re ?comput\w*",
             r"re ?calculat\w*",
             r"rematerial\w*|regenerat\w*|rebuil\w*|reconstruct\w*",
+            r"(?:comput|calculat|produc|generat|creat|evaluat|deriv)\w* (?:again|anew|a second time|"
+            r"once more|twice|another time)",
             r"re ?creat\w*|re ?evaluat\w*|re ?run\w*",
             r"(?:run|runs|ran|running|do|does|doing|perform\w*|execut\w*|comput\w*|calculat\w*|"
             rf"redo\w*|repeat\w*) {G(3)}(?:forward|activations?|them|it|segment|block|layers?|"
             rf"parts?) {G(3)}(?:again|twice|a second time|another time|once more)",
-            r"(?:second|another|extra|additional|repeated) forward(?: pass\w*| computation)?",
+            r"(?:second|repeated) forward(?: pass\w*| computation)?",
             rf"forward {G(3)}(?:twice|again|a second time|two times)",
             rf"(?:re ?do(?:es|ne|ing|s)?|repeat\w*) {G(3)}(?:forward|activations?|computation|work|"
             r"segments?|blocks?|layers?)",
@@ -235,6 +254,8 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:cost|costs|pay|pays|paying|price|expense|trad\w*) {G(3)}(?:compute|computation|"
             r"time|speed|flops|recomputation|cycles)",
             rf"(?:compute|computation|time|speed|flops) for {G(1)}memory", r"trade ?offs?",
+            r"times (?:the|as much) (?:work|compute|computation|time|flops)",
+            r"(?:more|extra|additional) work",
             rf"(?:increas|rais|add)\w* {G(3)}(?:training time|compute|computation|run ?time|"
             r"step time|time)",
         ), 1.0, "say what it costs: extra computation, so each step takes longer"),
@@ -249,6 +270,11 @@ CHECKPOINTING_COST = Rubric(
             rf"appropriate|justified|sensible) {G(4)}(?:when|if|where|once) {G(4)}(?:memory|oom|"
             r"out of memory|vram)",
             r"binding constraint",
+            rf"(?:only|just) (?:when|if|where) {G(4)}(?:does not|do not|would not|will not|can not|"
+            r"did not|otherwise does not) fit",
+            rf"(?:when|if|once) {G(4)}(?:does not|do not|would not|will not|can not) fit",
+            r"(?:not|never) by default|(?:turn|switch)\w* it on only|only (?:turn|switch|enabl)\w*",
+            rf"(?:run|runs|running|ran) out of {G(1)}memory",
             rf"memory {G(2)}(?:is|becomes|being) {G(2)}(?:bottleneck|binding|limiting|constraint|"
             r"limit|problem|issue)",
             r"(?:memory|vram) ?(?:bound|limited|constrained)",
@@ -264,6 +290,14 @@ CHECKPOINTING_COST = Rubric(
         ), 1.0, "say when it is worth it: only when memory, not compute, is the binding constraint"),
     ),
     misconceptions=(
+        Misconception("says activations are written to disk, offloaded or compressed", (
+            r"disk|disks|ssd|hard drive|nvme|(?:cpu|host) (?:ram|memory)|offload\w*|"
+            r"swap\w* (?:to|out)|page\w* out|i/o",
+            rf"(?:compress|quantiz|encod)\w* {G(3)}(?:activations?|tensors?|them)",
+            rf"(?:activations?|tensors?) {G(3)}(?:in|to|as) (?:fp16|half precision|8 bits?|int8|"
+            r"lower precision)",
+        ), 0.5, "nothing leaves the GPU and nothing is compressed: the activations are dropped "
+                "and recomputed", fatal=True),
         Misconception("checkpointing is free", (
             rf"(?:is|are|be|comes) {G(2)}free\b(?! (?:up|memory|for|to))",
             r"free (?:optimi[sz]ation|lunch)",
@@ -272,7 +306,7 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:does|do|will) not {G(1)}(?:slow|cost|increase|add|hurt) {G(3)}(?:training|time|"
             r"speed|compute|anything|performance|runtime|throughput)",
         ), 0.35, "it is not free: the dropped activations are recomputed, about one extra "
-                 "forward pass"),
+                 "forward pass", fatal=True),
         Misconception("says it reduces parameter memory", (
             rf"(?:reduc|lower|shrink|cut|compress|decreas|halv)\w* {G(4)}(?:parameters?|weights|"
             r"model size|model parameters|weight memory|parameter memory)",
@@ -281,7 +315,7 @@ CHECKPOINTING_COST = Rubric(
             rf"(?:parameters?|weights) {G(3)}(?:are|is|get) {G(1)}(?:recomputed|discarded|"
             r"not stored|dropped|freed|offloaded|compressed)",
             rf"(?:recomput|discard|drop)\w* {G(2)}(?:parameters|weights)",
-        ), 0.3, "parameters stay in memory: checkpointing only drops activations"),
+        ), 0.35, "parameters stay in memory: checkpointing only drops activations", fatal=True),
         Misconception("says it reduces gradient memory", (
             rf"(?:reduc|lower|shrink|cut|compress|decreas|halv|discard)\w* {G(2)}(?:memory (?:of|"
             r"for|used by) )?(?:the )?gradients?\b(?! checkpoint)",
@@ -298,6 +332,10 @@ CHECKPOINTING_COST = Rubric(
     ),
     topic=(r"activations?", r"memory", r"re ?comput\w*", r"forward", r"backward", r"time",
            r"compute|computation", r"stor\w*", r"checkpoint\w*"),
+    course_text=(
+        "Recap (02): torch.utils.checkpoint.checkpoint(fn, x, use_reentrant=False) keeps only the inputs of fn and recomputes the rest during backward. Chen et al. 2016: n equal layers in k segments peak at about (n/k + k) layers' worth of activations. Korthikanti et al. 2022, table 4: full recomputation added 39% to a layer's time.",
+        'checkpoint only when the step does not fit (or to reach a batch or sequence length you need); checkpoint as few layers as makes it fit, selectively first (section 6); never by default.',
+    ),
     model_answer=(
         "Backward needs the activations of the forward pass. Checkpointing keeps only the "
         "inputs of each segment and drops the activations inside it, which saves the memory. "
@@ -322,7 +360,8 @@ FP16_LOSS_SCALING = Rubric(
             rf"reduced) {G(1)}(?:dynamic )?(?:range|exponent)",
             r"(?:narrow\w*|small\w*|limited|tiny|restricted|short\w*|reduced|less|"
             rf"low) {G(1)}(?:dynamic )?range (?:of|in|for) {G(1)}fp16",
-            r"(?:5|five) (?:exponent bits?|bits? (?:of|for) (?:the )?exponent|bit exponent)",
+            rf"fp16 {G(3)}(?:fewer|less|only 5|only five|just 5|just five) {G(1)}exponent",
+            r"(?:5|five) (?:exponent bits?|bits? (?:of|for|on|in) (?:the |its )?exponent|bit exponent)",
             r"65 ?504|65k|6\.1e-0?5|2\^ ?-14",
             rf"(?:can not|unable to|not able to|fails? to) {G(1)}(?:represent|store|express|"
             rf"hold) {G(3)}(?:small|tiny|little)",
@@ -350,6 +389,8 @@ FP16_LOSS_SCALING = Rubric(
             r"representable|zone|region)",
             rf"(?:gradients?|grads|values) {G(3)}(?:bigger|larger|big enough|large enough)",
             rf"(?:bigger|larger) {G(2)}(?:gradients?|grads)",
+            r"(?:makes?|making|made|get|gets) (?:them|gradients?|grads|it|values|the gradients) "
+            r"(?:bigger|larger|big enough|large enough)",
         ), 1.0, "say how scaling helps: the loss is multiplied by a large factor, so every "
                 "gradient is shifted into fp16's range"),
         Concept("gradients are unscaled before the optimizer step", (
@@ -372,7 +413,7 @@ FP16_LOSS_SCALING = Rubric(
         Concept("bf16 has fp32's exponent range (8 exponent bits)", (
             rf"bf16 {G(5)}(?:same|similar|identical|equal|as wide|as large|as big|"
             rf"as much) {G(3)}(?:range|exponent\w*)",
-            rf"(?:8|eight) (?:exponent bits?|bits? (?:of|for) (?:the )?exponent|bit exponent)",
+            rf"(?:8|eight) (?:exponent bits?|bits? (?:of|for|on|in) (?:the |its )?exponent|bit exponent)",
             rf"(?:exponent|range) {G(3)}(?:as|of|like) {G(1)}fp32",
             r"fp32 (?:exponent|range|dynamic range)",
             rf"(?:range|exponent\w*) (?:of|in|for) bf16 {G(3)}(?:same|similar|identical|equal|"
@@ -401,6 +442,14 @@ FP16_LOSS_SCALING = Rubric(
             rf"in) {G(1)}bf16",
         ), 0.35, "bf16 has fp32's range, so gradients do not underflow and no scaler is needed "
                  "(GradScaler even fails on bf16 gradients)"),
+        Misconception("says bf16 and fp16 have the same range or exponent", (
+            rf"(?:both|bf16 and fp16|fp16 and bf16|they) {G(3)}(?:have|share|use) {G(2)}(?:same|equal|"
+            rf"identical|similar) {G(1)}(?:dynamic )?(?:range|exponent\w*)",
+            rf"both {G(3)}(?:have|use) {G(1)}(?:5|five|8|eight) (?:exponent bits?|bits? (?:of|for|on) "
+            r"(?:the )?exponent)",
+            rf"bf16 {G(3)}(?:same|identical|equal) {G(1)}(?:range|exponent\w*) (?:as|to) fp16",
+        ), 0.35, "bf16 has 8 exponent bits (fp32's range), fp16 only 5: that difference is the "
+                 "whole answer", fatal=True),
         Misconception("says fp16 has more range than bf16", (
             rf"fp16 {G(4)}(?:more|larger|wider|bigger|greater|higher) {G(2)}(?:dynamic )?range",
             rf"bf16 {G(4)}(?:less|smaller|narrower|lower|reduced|limited) {G(2)}(?:dynamic )?range",
@@ -420,6 +469,10 @@ FP16_LOSS_SCALING = Rubric(
     ),
     topic=(r"fp16", r"bf16", r"range", r"exponent\w*", r"gradients?", r"underflow\w*", r"scal\w*",
            r"precision", r"mantissa"),
+    course_text=(
+        'Recap (03): fp16 has a largest value of 65504, smallest normal 2⁻¹⁴ ≈ 6.10e-5 and smallest subnormal 2⁻²⁴ ≈ 5.96e-8 (Micikevicius et al. 2018). torch.amp.GradScaler("cuda") scales the loss, unscales before the step, skips steps with inf/NaN and adapts the scale.',
+        'Training in 16-bit floats halves what you store per number. But it is not simply "use half the bytes": fp16 cannot hold the tiny gradients of a real network, bf16 cannot hold small weight updates, and PyTorch\'s automatic mixed precision (AMP) keeps some things in fp32 on purpose.',
+    ),
     model_answer=(
         "fp16 has only 5 exponent bits, so its range is narrow: values below about 6e-8 "
         "(2^-24) underflow to zero, and many gradients are that small. Loss scaling "
@@ -441,7 +494,10 @@ ACCUMULATION_EQUIVALENCE = Rubric(
               "full-batch gradient, and when are they not?"),
     concepts=(
         Concept("the gradient is linear: the gradient of a sum/mean is the sum/mean of gradients", (
-            r"linear\w*",
+            r"linearity|linearly|linear (?:in|operator|operation|map|function)",
+            r"(?:gradient|derivative)s? of (?:a|the) (?:sum|mean|average)",
+            rf"(?:gradients?|derivatives?|differentiation|grads?|backward|backprop\w*|operator|"
+            rf"it|loss) {G(3)}(?:is|are|being) {G(2)}linear",
             rf"(?:gradient|derivative|grad)s? {G(3)}(?:of|for) {G(2)}(?:sum|average|"
             rf"mean) {G(3)}(?:is|equals|are|=) {G(3)}(?:sum|average|mean)",
             rf"(?:sum|average|mean) of {G(3)}(?:per sample|per example|per token|individual|each|"
@@ -453,6 +509,8 @@ ACCUMULATION_EQUIVALENCE = Rubric(
                 "of their gradients"),
         Concept("backward adds into .grad across micro-batches", (
             r"[a-z_]*\.grad",
+            rf"(?:sum\w*|add\w*|accumulat\w*) {G(2)}(?:the )?(?:gradients?|grads) (?:of|from|over|"
+            rf"across) {G(2)}(?:k |all |each |every |the )?(?:micro ?batch\w*|batches|chunks|pieces)",
             r"(?:backward|backprop\w*|autograd|pytorch|torch|gradients?|"
             rf"grads) {G(3)}(?:accumulat\w*|adds?|added|sums?|summed|add up|adds up) {G(3)}(?:in|"
             r"into|onto|to|across|over|between)",
@@ -463,8 +521,12 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"divid\w* {G(3)}(?:loss|losses|it|each|gradients?|grads) {G(2)}by {G(3)}(?:k|number|"
             rf"accumulation|steps|n|{_MB})",
             rf"(?:loss|losses) {G(3)}(?:divided|scaled|normali[sz]ed|multiplied|"
-            rf"weighted) {G(3)}(?:by|with) {G(2)}(?:k|1/k|number|count|accumulation|n)",
+            rf"weighted) {G(3)}(?:by|with) {G(2)}(?:k|1/k|number|count|accumulation|n|n_i|share|"
+            r"fraction|proportion|size)",
+            rf"weight\w* {G(3)}by {G(2)}(?:n_i|share|fraction|proportion|(?:its|their) (?:size|count|"
+            r"number))",
             r"(?:loss|l) ?/ ?k|1 ?/ ?k",
+            r"divid\w* (?:it |them |each |every |all )?by k\b",
             rf"(?:scal|normali[sz]|averag|weight)\w* {G(3)}(?:by|with|over|across) {G(3)}(?:k|1/k|"
             rf"number of|accumulation steps|{_MB})",
             rf"(?:mean|average) {G(2)}(?:over|of|across) {G(2)}(?:k|{_MB})",
@@ -478,6 +540,7 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"(?:step|update|optimi[sz]er\.step|optimi[sz]er) {G(3)}(?:once|after|every|"
             rf"at the end|per) {G(3)}(?:k|accumulation|\d+|cycle|boundary|{_MB})",
             rf"(?:after|every|each) {G(2)}(?:k|kth|k th)\b {G(3)}(?:{_MB}|steps?|backward)",
+            rf"only once (?:per|every|each|after) (?:k|\d+|n|the k th) {G(1)}(?:{_MB}|steps|iterations)",
         ), 0.75, "gradients are zeroed, and the optimizer steps, only once per k micro-batches"),
         Concept("unequal micro-batch sizes or token counts need weighting by count", (
             rf"(?:different|unequal|uneven|varying|variable|differing|differ) {G(3)}(?:sizes?|"
@@ -486,7 +549,10 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"numbers of tokens) {G(3)}(?:differ\w*|vary|varies|unequal|are different)",
             rf"(?:sizes?|lengths?|counts?) {G(3)}(?:are |is )?not (?:the same|equal)",
             rf"not {G(2)}(?:same|equal) (?:sizes?|lengths?)",
-            r"(?:last|final|partial|incomplete|smaller|remainder) (?:micro ?)?batch\w*", r"pad\w*",
+            rf"(?:last|final|partial|incomplete|remainder) (?:micro ?)?batch\w* {G(3)}(?:smaller|shorter|"
+            r"fewer|partial|incomplete|different|uneven|less)",
+            r"(?:smaller|shorter|partial|incomplete|uneven|short) (?:last|final) (?:micro ?)?batch\w*",
+            r"pad\w*",
             r"token counts?|number of tokens|per ?token",
             rf"weight\w* {G(3)}(?:by|with) {G(3)}(?:count|size|number|tokens|samples)",
             r"mean of (?:the )?means|average of (?:the )?averages", r"not divisible|drop_last",
@@ -510,13 +576,27 @@ ACCUMULATION_EQUIVALENCE = Rubric(
         ), 0.5, "also: dropout masks, float summation order, per-micro-batch clipping"),
     ),
     misconceptions=(
+        Misconception("says backward overwrites .grad or that gradients are not linear", (
+            rf"(?:backward|autograd|pytorch|it) {G(2)}(?:overwrit|replac|reset|clear)\w* {G(2)}"
+            r"(?:the )?(?:[a-z_]*\.grad|gradients?|grads)",
+            rf"(?:gradients?|differentiation|the gradient|backward|it) {G(2)}(?:is|are) (?:not|never) "
+            r"linear",
+            rf"(?:only|just) (?:keeps?|uses?|counts?) {G(1)}(?:the )?last (?:micro ?)?batch",
+        ), 0.4, "backward adds into .grad, and the gradient of a sum is the sum of the gradients",
+            fatal=True),
         Misconception("says they are always exactly equal", (
             r"(?:always|in all cases|in every case|no matter what|regardless|"
             rf"every time)\b {G(4)}(?:exactly |perfectly |completely )?(?:equal|identical|the same|"
             r"equivalent)",
             rf"(?:never|no case|no situation|no circumstances) {G(3)}(?:differ\w*|different)",
-        ), 0.3, "they match only with equal-weighted micro-batches and no batch-dependent "
-                "layers"),
+            r"(?:exact|equal|identical|the same) (?:in every case|in all cases|always|no matter what)",
+            r"even with batch ?norm\w*",
+        ), 0.35, "they match only with equal-weighted micro-batches and no batch-dependent "
+                 "layers", fatal=True),
+        Misconception("multiplies the micro-batch losses by k", (
+            rf"multipl\w* {G(4)}(?:loss|losses) {G(2)}by k\b",
+        ), 0.35, "each micro-batch loss is divided by k (weighted by its share), not multiplied",
+            fatal=True),
         Misconception("calls zero_grad after every micro-batch", (
             rf"(?:call|calling|use|run|do)\w* {G(2)}zero_?grad\w* {G(4)}(?:after|before|for|on|at|"
             r"in) (?:each|every) (?:micro ?batch|backward|iteration|mini ?batch|batch|step)",
@@ -528,6 +608,11 @@ ACCUMULATION_EQUIVALENCE = Rubric(
     ),
     topic=(r"gradients?", r"batch\w*", r"micro", r"loss", r"accumulat\w*", r"sum\w*", r"equal",
            r"norm\w*", r"zero_?grad"),
+    course_text=(
+        'Recap (04): k micro-batches, each loss divided by k, backward() after each (gradients add up in .grad), one optimizer.step() and zero_grad() per k. Pitfalls seen in the wild: transformers#24725 (loss normalisation with unequal token counts), pytorch#46516 (BatchNorm).',
+        "runs the batch as k micro-batches, one forward and one backward each, lets backward() add the gradients up in p.grad, and steps the optimizer once. Done right, the gradient is the full batch's gradient, up to float rounding, while the activations in memory are those of one micro-batch.",
+        "Dividing each micro-batch's loss by k is exact only when all micro-batches hold the same number of items (or tokens).",
+    ),
     model_answer=(
         "The full-batch loss is a mean over samples, and the gradient of a sum is the sum of "
         "the gradients. Each backward adds into .grad instead of overwriting it, so if every "
@@ -560,6 +645,8 @@ ACTIVATIONS_SCALING = Rubric(
             rf"{_BWD} {G(4)}(?:needs?|requires?|uses?|reads?|consumes?) {G(4)}(?:them|activations?|"
             r"outputs?|inputs?|intermediate\w*|tensors?|results)",
             rf"(?:needed|required|used) (?:for|by|in|during) {G(2)}(?:{_BWD}|gradient\w*)",
+            rf"inputs? (?:to|for|of) {G(2)}(?:gradient computation|gradient calculation|gradients?|"
+            rf"{_BWD})",
             r"(?:autograd|the graph) (?:keeps|stores|saves|stashes|holds)",
             rf"(?:saved|stored|kept|cached) (?:for|until) {G(2)}{_BWD}",
         ), 1.0, "say what activations are: outputs saved in the forward pass because backward "
@@ -568,6 +655,10 @@ ACTIVATIONS_SCALING = Rubric(
             rf"(?:linear\w*|proportional\w*|scales?|scaling|grows?|growing|increases?|rises?) "
             rf"{G(3)}(?:with|in|to) {G(2)}(?:the )?{_BATCH}",
             rf"{_BATCH} {G(6)}(?:doubles?|linear\w*|proportional\w*|twice|2x)",
+            rf"(?:bigger|larger|more|grow\w*|increas\w*) {G(2)}(?:with|as) {G(2)}(?:more )?{_BATCH}",
+            r"(?:proportional|linear\w*|scales?|grows?|increases?) (?:to|with|in) (?:the )?(?:how many|"
+            r"number of|count of) (?:examples|samples|inputs|sequences|items|images|tokens)",
+            rf"more {_BATCH} {G(2)}(?:means?|gives?|needs?|uses?) {G(1)}more",
             rf"(?:double|doubling|doubles) {G(2)}{_BATCH}",
             r"(?:per|each|every|for every|for each) (?:sample|example|input|sequence|item|image)",
             rf"(?:b|batch|batch size) ?(?:\*|x|×|times) ?(?:the )?(?:s|t|seq\w*|sequence|l|h|"
@@ -580,6 +671,8 @@ ACTIVATIONS_SCALING = Rubric(
             rf"(?:double|doubling|doubles) {G(2)}(?:the )?(?:number of )?(?:layers|depth)",
             rf"(?:each|every|per) {_LAYERS}",
             rf"deeper {G(3)}(?:models?|networks?|nets?)",
+            rf"(?:grow|grows|growing|increas\w*|scal\w*|linear\w*|proportional\w*) {G(6)}(?:and|,) "
+            r"(?:also )?(?:with|in|to) (?:the )?(?:number of |count of |how many )?(?:layers|depth)",
             r"(?:x|\*|×|times) ?(?:the )?(?:l|layers|n_layers|depth|number of layers)\b",
         ), 1.0, "say how it scales with depth: linearly, every layer saves its own activations"),
         Concept("parameters, gradients and optimizer state do not depend on the batch", (
@@ -611,27 +704,42 @@ ACTIVATIONS_SCALING = Rubric(
     ),
     misconceptions=(
         Misconception("says parameters, gradients or optimizer state grow with the batch", (
-            r"(?:parameters?|weights|gradients?|grads|optimi[sz]er states?|adam states?) "
-            rf"{G(3)}(?:grow|grows|scale|scales|increase|increases|double|doubles) "
+            r"(?<!for )(?:parameters?|weights|gradients?|grads|optimi[sz]er states?|adam states?) "
+            rf"(?:, )?{G(3)}(?:grow|grows|scale|scales|increase|increases|double|doubles) "
             rf"{G(3)}(?:with|when|as) {G(3)}{_BATCH}",
             rf"(?:doubl|increas|rais)\w* {G(2)}{_BATCH} {G(3)}(?:doubles|increases) {G(2)}"
             r"(?:the )?(?:parameters?|weights|gradients?|grads|optimi[sz]er)",
         ), 0.35, "weights, gradients and optimizer state have one value per parameter, whatever "
                  "the batch; only activations grow with it"),
+        Misconception("says activations are not kept for backward, or leave the GPU", (
+            r"disk|disks|ssd|hard drive|(?:cpu|host) (?:ram|memory)|offload\w*",
+            rf"(?:only|just) {G(1)}(?:needed|used|required) (?:in|for|during) {G(1)}forward",
+            rf"(?:freed|released|discarded|deleted|dropped) {G(3)}(?:right |immediately |straight )?"
+            r"after (?:each|every|the) (?:layer|forward|operation|op)",
+        ), 0.5, "autograd keeps each layer's activations from the forward pass until backward has "
+                "used them", fatal=True),
         Misconception("says activations do not depend on the batch", (
+            rf"activations? {G(3)}(?:is|are|stays?|remains?) (?:constant|fixed|the same) (?:in|with|"
+            r"across|for|regardless|whatever|no matter)",
+            rf"(?:activation|activations) memory {G(2)}(?:is|stays|remains) (?:constant|fixed)",
             rf"activations? {G(4)}(?:independent of|(?:do|does) not depend on|not affected by) "
             rf"{G(2)}{_BATCH}",
             rf"activations? {G(3)}(?:are|is) (?:a )?(?:fixed|constant) (?:size|amount|cost)",
             rf"activations? {G(4)}same size as {G(2)}(?:the )?(?:parameters?|weights)",
-        ), 0.35, "activations are stored per sample: they grow linearly with the batch"),
+        ), 0.35, "activations are stored per sample: they grow linearly with the batch", fatal=True),
         Misconception("says activations grow quadratically with the batch", (
             rf"quadratic\w* {G(3)}(?:in|with) {G(2)}{_BATCH}",
-            rf"{_BATCH} {G(3)}(?:squared|quadratic\w*)",
+            rf"{_BATCH} {G(1)}(?:squared|quadratic\w*)(?! (?:with|in) (?:the )?(?:sequence|seq\w*|"
+            r"context|length|tokens))",
         ), 0.3, "activations grow linearly with the batch; the quadratic term is in the "
                 "sequence length (attention)"),
     ),
     topic=(r"activations?", r"batch\w*", r"layers?|depth", r"parameters?|weights", r"memory",
            r"forward|backward", r"linear\w*|scal\w*", r"gradients?"),
+    course_text=(
+        'Recap (01, 02): per transformer layer with 16-bit activations, eager attention and dropout, Korthikanti et al. 2022 count sbh(34 + 5as/h) bytes: s = sequence length, b = micro-batch, h = hidden size, a = attention heads. Fused attention kernels drop the 5as²b term.',
+        'Recap (00, 01): training memory has four consumers: parameters, gradients, optimizer state and activations. An element takes 4 bytes in fp32 and 2 in fp16/bf16. Adam keeps two running moments per parameter (exp_avg, exp_avg_sq).',
+    ),
     model_answer=(
         "Backward needs the activations, so every layer's outputs are saved in the forward pass "
         "for the backward pass. That memory is per sample: it grows linearly with batch size "
@@ -659,11 +767,17 @@ ALLOCATED_VS_RESERVED = Rubric(
             r"(?:live|existing|alive|active|current) tensors?",
             rf"tensors? {G(3)}(?:that are |which are )?(?:alive|live|in use|still referenced|"
             r"currently used|that exist)",
+            rf"tensors? {G(4)}(?:still|currently|actually) (?:exist\w*|alive|live|referenced|"
+            r"reference\w*|in use|used|held|hold)",
             rf"{_ALLOC} {G(3)}(?:= ?|is |means |counts |only counts )?{G(1)}tensors?",
             rf"{_ALLOC} {G(4)}(?:actually|really) (?:used|uses|in use|holds?)",
         ), 1.0, "say what memory_allocated counts: the bytes of tensors that are alive now"),
         Concept("the caching allocator keeps freed blocks for reuse", (
             r"cach\w* allocator|allocator cache|caching",
+            rf"(?:go|goes|went|returned|given|handed|back) {G(3)}(?:cache|pool)",
+            rf"(?:not|never|instead of|rather than) {G(2)}(?:returned |given back |handed back |back )?"
+            r"(?:to|into) (?:the )?(?:driver|gpu|os|cuda)",
+            r"(?:the|a|its|pytorch) cache",
             rf"(?:keep|keeps|kept|hold|holds|held|retain\w*|cach\w*) {G(4)}(?:freed|free|unused|"
             rf"released|deleted|empty) {G(2)}(?:blocks?|memory|segments?|chunks?|space)",
             rf"(?:freed|free|unused|released) (?:blocks?|memory|segments?) {G(4)}(?:kept|held|cached|"
@@ -673,6 +787,9 @@ ALLOCATED_VS_RESERVED = Rubric(
             rf"(?:not|never) {G(3)}(?:return\w*|giv\w* back|gives? back|releas\w*|hand\w* back) "
             rf"{G(4)}(?:driver|gpu|os|cuda|device|system)",
             r"(?:memory )?pool",
+            rf"(?:includes?|contains?|holds?|keeps?) {G(2)}(?:cached|freed|unused) (?:blocks?|memory|"
+            r"segments?|tensors?)",
+            rf"reserves? more than {G(2)}(?:it )?(?:allocates|uses|needs)",
         ), 1.0, "name the mechanism: PyTorch's caching allocator keeps freed blocks instead of "
                 "returning them to the driver"),
         Concept("memory_reserved: what the allocator holds, at least the allocated bytes", (
@@ -706,11 +823,26 @@ ALLOCATED_VS_RESERVED = Rubric(
                 "snapshots show what holds memory"),
     ),
     misconceptions=(
+        Misconception("explains the gap by GB vs GiB units", (
+            rf"(?:reports?|shows?|counts?|uses?|in) (?:gib|gb|mib|mb) {G(3)}(?:while|whereas|but|and) "
+            rf"{G(3)}(?:reports?|shows?|counts?|uses?|in) (?:gib|gb|mib|mb)",
+            rf"(?:units?|gib vs gb|gb vs gib|gib and gb|gb and gib) {G(3)}(?:is|are|explain\w*) "
+            rf"{G(2)}(?:the )?(?:whole )?(?:difference|gap)",
+        ), 0.4, "units explain a few percent at most; the gap is the allocator's cache and the CUDA "
+                "context", fatal=True),
         Misconception("calls the gap a memory leak", (
+            rf"(?:allocator|pytorch|cache|caching|memory|tensors?|it|context) {G(2)}leak(?:s|ing|ed)?\b",
             rf"(?:is|it is|this is|that is|must be|indicates?|means?|sign of|due to|caused by|"
             rf"because of) {G(2)}(?:a )?(?:memory )?leak\w*",
             rf"(?:tensors?|memory) {G(3)}(?:are|is) never (?:freed|released)",
-        ), 0.35, "a large, stable reserved pool is the allocator's cache, not a leak"),
+        ), 0.35, "a large, stable reserved pool is the allocator's cache, not a leak", fatal=True),
+        Misconception("swaps the counters: allocated as the pool, nvidia-smi as live tensors", (
+            rf"nvidia smi {G(2)}(?:counts|shows|reports|measures|sees) {G(2)}(?:only )?(?:the )?(?:live|"
+            r"alive|active|existing) tensors",
+            rf"{_ALLOC} {G(2)}(?:counts|includes|shows|reports|measures) {G(2)}(?:the )?(?:reserved|"
+            r"cache|cached|pool|whole|total)",
+        ), 0.4, "it is the other way round: memory_allocated counts live tensors, nvidia-smi "
+                "everything the process took from the driver", fatal=True),
         Misconception("says empty_cache frees tensors or lowers memory_allocated", (
             rf"empty_cache {G(5)}(?:frees?|releases?|deletes?|clears?|reduces?|lowers?|removes?) "
             rf"{G(3)}(?:tensors?|{_ALLOC}|live)",
@@ -721,6 +853,9 @@ ALLOCATED_VS_RESERVED = Rubric(
     topic=(r"memory", r"allocat\w*", r"reserved", r"nvidia smi", r"cach\w*", r"tensors?",
            r"gpu", r"leak\w*", r"driver|context"),
     full_credit_at=0.75,
+    course_text=(
+        "Recap (00, 05): torch.cuda.memory_allocated() counts live tensors, torch.cuda.memory_reserved() what PyTorch's caching allocator holds from the driver, and nvidia-smi what the process holds. The allocator rounds every request up to a multiple of 512 bytes (c10/cuda/CUDACachingAllocator.cpp).",
+    ),
     model_answer=(
         "memory_allocated() counts only the bytes of live tensors. PyTorch's caching allocator "
         "does not return freed blocks to the driver: it keeps them reserved for reuse, so "
@@ -756,6 +891,9 @@ SHARDING_WHEN_WHY = Rubric(
             rf"(?:does not|do not|would not|will not|can not) fit",
         ), 1.0, "say when: the parameters, gradients and optimizer state do not fit on one GPU"),
         Concept("single-GPU tricks mostly cut activations, not model states", (
+            rf"(?:tricks?|techniques?|they|these|those) {G(3)}(?:only |mainly |mostly )?(?:cut|cuts|"
+            rf"reduce|reduces|shrink|shrinks|target|targets|lower|lowers|save|saves|attack) "
+            rf"{G(2)}activations?",
             rf"(?:checkpointing|mixed precision|accumulation|tricks?|techniques?) {G(6)}"
             rf"(?:only|mainly|mostly|mainly target|target) {G(3)}activations?",
             rf"(?:not|never|hardly|barely) {G(3)}(?:reduce|shrink|cut|help with|touch|change|"
@@ -790,8 +928,12 @@ SHARDING_WHEN_WHY = Rubric(
         ), 1.0, "say how sharding helps: the optimizer state, gradients and parameters are "
                 "partitioned, each GPU keeps about 1/N"),
         Concept("the cost: communication (all-gather / reduce-scatter), bubbles, complexity", (
-            r"communicat\w*|all ?gather\w*|reduce ?scatter\w*|all ?reduce\w*|bandwidth|"
-            r"interconnect|nvlink|infiniband|network",
+            r"communicat\w*|all ?gather\w*|reduce ?scatter\w*|all ?reduce\w*",
+            r"(?:over|through|across|on) (?:the )?(?:network|interconnect|nvlink|infiniband)",
+            r"(?:bandwidth|network|interconnect) (?:cost|costs|traffic|bound|limited|overhead|time)",
+            rf"(?:cost|costs|pay|pays|uses|needs|eats|consumes) {G(2)}(?:bandwidth|network|interconnect)",
+            rf"(?:weights|parameters|gradients|shards) {G(4)}(?:gathered|fetched|sent|exchanged|"
+            r"transferred|broadcast)",
             rf"(?:gather|fetch|collect|send|exchang|transfer)\w* {G(3)}(?:parameters?|weights|"
             r"gradients?|shards?|activations?)",
             r"bubbles?|idle (?:time|stages?|gpus?)",
@@ -828,6 +970,9 @@ SHARDING_WHEN_WHY = Rubric(
     ),
     topic=(r"gpus?", r"shard\w*", r"parallel\w*", r"memory", r"parameters?|weights",
            r"optimi[sz]er", r"gradients?", r"zero|fsdp", r"model"),
+    course_text=(
+        'Recap (06): with mixed-precision Adam, P parameters, N_d data-parallel GPUs and K = 12 bytes of optimizer state per parameter, ZeRO keeps per GPU: stage 1 4P + KP/N_d, stage 2 2P + (2+K)P/N_d, stage 3 (4+K)P/N_d bytes (Rajbhandari et al. 2020).',
+    ),
     model_answer=(
         "Single-GPU tricks such as mixed precision, checkpointing and accumulation mostly cut "
         "activations, while parameters, gradients and optimizer state stay: 16 bytes per "

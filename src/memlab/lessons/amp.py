@@ -50,7 +50,7 @@ __all__ = [
     "FloatFormat", "float_formats", "format_table",
     "OpRecord", "OpDtypeRecorder", "op_dtypes", "op_dtype_summary", "low_precision_ops",
     "Autocast", "grad_norm", "InfInjection", "inject_nonfinite_grad",
-    "TrainingSpy", "check_amp_steps", "deprecated_amp_lines", "skip_until_written",
+    "TrainingSpy", "check_amp_steps", "explain_scaler_error", "deprecated_amp_lines", "skip_until_written",
     "teacher_task", "activation_gradients",
     "plot_gradient_histogram", "plot_curves", "plot_scale_history",
 ]
@@ -300,6 +300,14 @@ def check_amp_steps(spy: TrainingSpy, batch_sizes: Sequence[int], *, max_norm: f
     applied have norm max_norm: clipping the still-scaled gradients (before unscale_) would leave
     them ``scale`` times too small.
     """
+    # the common wrong cause first: a GradScaler made inside the step (the spy watches the one
+    # passed in, so its calls are missing and optimizer.step looks "called directly")
+    used = sum(spy.count(k) for k in ("scale", "unscale_", "scaler.step", "update"))
+    if used == 0 and spy.count("step") > 0:
+        return ["the scaler you are given was never used (no scale, unscale_, step or update on it) "
+                "although the optimizer stepped: do not create a GradScaler inside the step (a new one "
+                "starts at 2**16 every step and never learns the scale); call scale/unscale_/step/update "
+                "on the `scaler` argument."]
     problems = check_accumulation(spy, batch_sizes, 1, scaler=True, max_norm=max_norm)
     if problems or not clipped:
         return problems
@@ -311,6 +319,33 @@ def check_amp_steps(spy: TrainingSpy, batch_sizes: Sequence[int], *, max_norm: f
                             "first, then clip_grad_norm_.")
             break
     return problems
+
+
+_SCALER_ERRORS = (
+    ("unscale_() has already been called on this optimizer since the last update()",
+     "scaler.unscale_(optimizer) ran a second time before scaler.update(): call scaler.update() at the "
+     "end of every step, and unscale_ once per step"),
+    ("No inf checks were recorded prior to update",
+     "scaler.update() ran but scaler.step(optimizer) recorded no inf check: step with "
+     "scaler.step(optimizer), not optimizer.step()"),
+    ("No inf checks were recorded for this optimizer",
+     "scaler.step(optimizer) found no gradient to check: clear the gradients at the start of the step "
+     "(optimizer.zero_grad(set_to_none=True) before the forward), never between backward and the step"),
+    ("step() has already been called since the last update()",
+     "scaler.step(optimizer) ran twice before scaler.update(): one scaler.step and one scaler.update "
+     "per step"),
+)
+
+
+def explain_scaler_error(err: BaseException, what: str = "amp_step") -> str:
+    """A GradScaler error raised inside the learner's step, with the cause it usually has (the raw
+    messages, e.g. "No inf checks were recorded prior to update", name no fix)."""
+    text = f"{what} raised {type(err).__name__}: {err}"
+    for needle, hint in _SCALER_ERRORS:
+        if needle in str(err):
+            return f"{text} ({hint})"
+    return (f"{text} (GradScaler says this when scaler.update() is missing at the end of a step, or "
+            "unscale_ runs twice in one step)")
 
 
 _DEPRECATED = re.compile(r"\btorch\s*\.\s*cuda\s*\.\s*amp\b|\bcuda\s*\.\s*amp\s*\.|\btorch\s*\.\s*cpu\s*\.\s*amp\b"

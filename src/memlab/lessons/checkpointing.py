@@ -46,7 +46,7 @@ from ..measure.tracker import MemoryTracker, PeakResult, storage_bytes
 __all__ = [
     "Residual", "residual_layers", "segment_bounds", "default_loss", "step_activation_peak",
     "step_fits", "retained_bytes", "RecomputeReport", "count_recomputation", "loss_and_grads",
-    "max_abs_diff", "TimingResult", "median_time", "time_ratio", "tanh_chain",
+    "max_abs_diff", "why_no_gradient", "TimingResult", "median_time", "time_ratio", "tanh_chain",
     "gpt2_block_forward",
 ]
 
@@ -80,8 +80,12 @@ def segment_bounds(n_layers: int, segments: int) -> list[tuple[int, int]]:
     (``torch.utils.checkpoint.checkpoint_sequential`` instead makes ``segments - 1`` segments of
     ``n // segments`` layers, puts the rest in the last one and does not checkpoint that one.)
     """
+    if segments is None:
+        raise TypeError("segment_bounds(n_layers, segments=None): segments must be an int. None means one "
+                        "segment per layer: turn it into len(layers) before cutting (e.g. in __init__)")
     if type(n_layers) is not int or type(segments) is not int:
-        raise TypeError("n_layers and segments must be ints")
+        raise TypeError(f"n_layers and segments must be ints, got {type(n_layers).__name__} and "
+                        f"{type(segments).__name__}")
     if not 1 <= segments <= n_layers:
         raise ValueError(f"need 1 <= segments <= n_layers, got segments={segments}, n_layers={n_layers}")
     base, extra = divmod(n_layers, segments)
@@ -306,6 +310,54 @@ def loss_and_grads(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         loss.backward()
     grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
     return loss.detach(), grads
+
+
+def why_no_gradient(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                    params: Sequence[torch.Tensor] | None = None) -> str:
+    """Why a checkpointed ``model`` leaves parameters without a gradient, as advice for the learner.
+
+    The common causes are told apart before the generic one (issue 14): the forward ran under
+    ``torch.no_grad()`` (the output does not require grad even for an input that does); the graph
+    is cut between segments by a ``.detach()`` (the output requires grad, earlier layers get no
+    gradient); the reentrant variant (everything works for an input that requires grad, nothing for
+    one that does not, the usual case). Gradients are cleared afterwards."""
+    params = list(model.parameters()) if params is None else list(params)  # type: ignore[union-attr]
+    generic = ("pass use_reentrant=False to every checkpoint(...) call: the reentrant variant gives no "
+               "gradient when no input of a segment requires grad (section 8)")
+
+    def run(inp: torch.Tensor) -> tuple[bool, int]:
+        for p in params:
+            p.grad = None
+        with torch.enable_grad():
+            out = model(inp)
+            if not (isinstance(out, torch.Tensor) and out.requires_grad):
+                return False, len(params)
+            default_loss(out).backward()
+        return True, sum(p.grad is None for p in params)
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # diagnosing only: the graded call reports warnings itself
+            attached, missing = run(x.detach().clone().requires_grad_(True))
+            if not attached:
+                return ("the output does not require grad even when the input does: the forward ran under "
+                        "torch.no_grad() (or returned a detached tensor). checkpoint already drops the "
+                        "activations; do not wrap it in torch.no_grad()")
+            if missing:
+                return (f"{missing} of {len(params)} parameters got no gradient although the output requires "
+                        "grad: the graph is cut, by a .detach() (or a no_grad block) between or after the "
+                        "segments. Remove it: pass each checkpoint's output straight to the next")
+            attached, missing = run(x.detach())
+            if not attached or missing:
+                return generic
+    except Exception as exc:  # the diagnosis itself failed: say what failed
+        return f"the model failed while checking why ({type(exc).__name__}: {exc}); " + generic
+    finally:
+        for p in params:
+            p.grad = None
+    return generic
 
 
 def max_abs_diff(a: Sequence[torch.Tensor | None] | torch.Tensor,

@@ -64,7 +64,15 @@ def device_name(device: str | torch.device | None = None) -> str:
 
 
 def versions_banner(device: str | torch.device | None = None) -> str:
-    """The lines every notebook prints first (paste them into bug reports)."""
+    """The lines every notebook prints first (paste them into bug reports).
+
+    Outside the supported Python/torch range (:mod:`memlab.measure.compat`) it raises
+    :class:`memlab.measure.compat.UnsupportedTorchError`, whose message names what is missing and the
+    exact pip line that fixes it; inside, the last line says where this torch stands.
+    """
+    from . import compat
+
+    report = compat.require_supported(compat.check())
     dev = get_device(device)
     lines = [
         f"python  {platform.python_version()}",
@@ -76,4 +84,5 @@ def versions_banner(device: str | torch.device | None = None) -> str:
     else:
         lines.append("CUDA    not available: memory is counted by the CPU tracker "
                      "(exact live tensor bytes)")
+    lines.extend(compat.banner_lines(report))
     return "\n".join(lines)

@@ -33,6 +33,7 @@ EXPECTED: dict[str, str] = {
     "nbgrader": "0.9.6",
     "ipywidgets": "8.1.9",
     "matplotlib": "3.11.2",
+    "pyspellchecker": "0.9.1",
 }
 PYTHON = (3, 11)
 KERNEL_NAME = "python3"

@@ -12,7 +12,9 @@ Three parts, each recorded even when another fails:
    copy).
 2. **Benchmark**: one fixed TinyGPT training step (AdamW) measured per technique: baseline (fp32),
    gradient checkpointing (every block), mixed precision (autocast bf16; fp16 before Ampere, where bf16
-   is emulated) and gradient accumulation (4 micro-batches). Per technique: peak allocated and
+   is emulated), gradient accumulation (4 micro-batches), fused attention (SDPA instead of the
+   eager s x s softmax), the optimizer step fused into backward (post-accumulate-grad hooks), and,
+   for serving, greedy decoding with a KV cache (an inference step, not a training step). Per technique: peak allocated and
    peak reserved during the step (CUDA allocator), the same step's peak counted by memlab's exact
    CPU tracker (the agreement ratio should be close to 1), and the median step time as a ratio of
    the baseline's.
@@ -54,10 +56,13 @@ NO_CUDA_MESSAGE = (
 # small enough for a 16 GB card: 2.2 GiB of tensors at the fp32 baseline (CPU tracker, exact).
 BENCH_CONFIG: dict[str, int] = {"vocab": 8192, "hidden": 512, "heads": 8, "layers": 8,
                                 "seq_len": 512, "batch": 8, "micro_batches": 4}
-TECHNIQUES = ("baseline", "checkpointing", "amp", "accumulation")
+TECHNIQUES = ("baseline", "checkpointing", "amp", "accumulation", "sdpa", "fused_optimizer",
+              "kv_cache")
 # Which notebook teaches which technique (its benchmark row is shown beside the notebook).
 NOTEBOOK_TECHNIQUE = {"01_where_memory_goes": "baseline", "02_checkpointing": "checkpointing",
-                      "03_mixed_precision": "amp", "04_accumulation": "accumulation"}
+                      "03_mixed_precision": "amp", "04_accumulation": "accumulation",
+                      "08_more_levers": "fused_optimizer", "09_serving_memory": "kv_cache"}
+KV_DECODE_TOKENS = 16  # kv_cache row: prefill seq_len // 2 tokens, then this many decode steps
 PEAK_MARKER = "GPUCHECK-PEAK "
 PEAK_CELL = (
     "import json as _gc_json, torch as _gc_torch\n"
@@ -111,7 +116,12 @@ def summarize_executed(nb: Mapping[str, Any]) -> dict[str, Any]:
             text = "".join(text) if isinstance(text, list) else text
             if PEAK_MARKER in text:
                 peak = json.loads(text.split(PEAK_MARKER, 1)[1].strip().splitlines()[0])
-    return {"errors": errors, "graded_tests": tests, "kernel_peak": peak}
+    first = next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
+    first_stdout = "".join(
+        "".join(o.get("text", "")) for o in (first or {}).get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    return {"errors": errors, "graded_tests": tests, "kernel_peak": peak,
+            "first_cell_stdout": first_stdout}
 
 
 def run_notebook(path: Path, *, cell_timeout: int = 600, kernel_name: str = "python3",
@@ -258,6 +268,57 @@ def make_step(technique: str, device: torch.device, cfg: Mapping[str, int]):
                 (loss_of(forward(idx[:, sl]), targets[:, sl]) / k).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+    elif technique == "sdpa":
+        import types
+
+        notes.append("attention through F.scaled_dot_product_attention(is_causal=True) in every "
+                     "block instead of the eager s x s softmax (08, section 1)")
+
+        def sdpa_attention(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+            s_, b_, h = x.shape
+            a, d = block.a, h // block.a
+            q, k, v = (t.reshape(s_, b_ * a, d).transpose(0, 1) for t in block.qkv(x).split(h, dim=-1))
+            ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return block.proj(ctx.transpose(0, 1).reshape(s_, b_, h))
+
+        for block in model.blocks:
+            block.attention = types.MethodType(sdpa_attention, block)
+
+        def step() -> None:
+            loss_of(forward(idx), targets).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    elif technique == "fused_optimizer":
+        notes.append("AdamW per parameter, stepped in a post-accumulate-grad hook that frees the "
+                     "gradient (08, section 4)")
+        per_param = {p: torch.optim.AdamW([p], lr=1e-4) for p in model.parameters()}
+
+        def hook(p: torch.Tensor) -> None:
+            per_param[p].step()
+            per_param[p].zero_grad(set_to_none=True)
+
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(hook)
+        optimizer = list(per_param.values())  # tracked: their state is part of the start
+
+        def step() -> None:
+            loss_of(forward(idx), targets).backward()
+    elif technique == "kv_cache":
+        from memlab.lessons.serving import TinyDecoder
+
+        n_new = KV_DECODE_TOKENS
+        prompt_len = max(1, s // 2)
+        notes.append(f"inference, not training: TinyDecoder (same sizes, multi-head), prefill "
+                     f"{prompt_len} tokens x batch {b}, then {n_new} greedy decode steps with a KV "
+                     "cache (09); no optimizer")
+        torch.manual_seed(0)
+        model = TinyDecoder(vocab=V, hidden=cfg["hidden"], heads=cfg["heads"], kv_heads=cfg["heads"],
+                            layers=cfg["layers"], max_seq=prompt_len + n_new).to(device)
+        optimizer = None
+        prompt = idx[:prompt_len]
+
+        def step() -> None:
+            model.generate(prompt, n_new)
     else:
         raise ValueError(f"technique must be one of {TECHNIQUES}, not {technique!r}")
     return step, (model, optimizer, idx, targets), notes

@@ -1,0 +1,99 @@
+"""Mutants of 02_checkpointing (see tests/mutants/__init__.py): what learners get wrong with
+torch.utils.checkpoint. Sources: the notebook's sections 3, 6 and 8; PyTorch docs of checkpoint
+(use_reentrant, preserve_rng_state, context_fn); huggingface/transformers#26221 (no gradients
+with reentrant checkpointing); forum threads "checkpoint + torch.no_grad" and "detach between
+checkpointed segments"; issue 14's classes."""
+from mutants import Mutant
+
+_INIT = """        self.layers = layers
+        self.segments = len(layers) if segments is None else segments
+        self.checkpoint_kwargs = checkpoint_kwargs"""
+_CALL = "            x = checkpoint(self.layers[start:stop], x, use_reentrant=False, **self.checkpoint_kwargs)"
+_LOOP = """        for start, stop in ml.checkpointing.segment_bounds(len(self.layers), self.segments):
+""" + _CALL
+_K = "    k = round(math.sqrt(n_layers * layer_bytes / checkpoint_bytes))"
+_CS = ("test_checkpointed_sequential", "test_checkpointed_sequential_hidden")
+
+MUTANTS = [
+    Mutant(
+        id="kwargs_dropped", cell="checkpointed_sequential", find=_CALL,
+        replace="            x = checkpoint(self.layers[start:stop], x, use_reentrant=False)",
+        lose=("test_checkpointed_sequential_hidden",), says="checkpoint_kwargs", klass=1,
+        why="**checkpoint_kwargs accepted in __init__ but never passed on to checkpoint()"),
+    Mutant(
+        id="segments_none", cell="checkpointed_sequential", find=_INIT,
+        replace="""        self.layers = layers
+        self.segments = segments
+        self.checkpoint_kwargs = checkpoint_kwargs""",
+        lose=_CS, says="None means one segment per layer", klass=1,
+        why="passes segments=None straight to segment_bounds (the docstring says None: one per layer)"),
+    Mutant(
+        id="segments_ignored", cell="checkpointed_sequential", find=_INIT,
+        replace="""        self.layers = layers
+        self.segments = len(layers)
+        self.checkpoint_kwargs = checkpoint_kwargs""",
+        lose=("test_checkpointed_sequential_hidden",), says="segment_bounds", klass=1,
+        why="accepts segments but always checkpoints every layer (right for the visible segments=None only)"),
+    Mutant(
+        id="last_segment_plain", cell="checkpointed_sequential", find=_LOOP,
+        replace="""        bounds = ml.checkpointing.segment_bounds(len(self.layers), self.segments)
+        for start, stop in bounds[:-1]:
+""" + _CALL + """
+        start, stop = bounds[-1]
+        x = self.layers[start:stop](x)""",
+        lose=_CS, says="the last one too", klass=0,
+        why="copies checkpoint_sequential, which leaves its last segment un-checkpointed"),
+    Mutant(
+        id="no_grad_forward", cell="checkpointed_sequential", find=_LOOP,
+        replace="""        with torch.no_grad():  # "activations are recomputed anyway"
+            for start, stop in ml.checkpointing.segment_bounds(len(self.layers), self.segments):
+    """ + _CALL,
+        lose=_CS, says="torch.no_grad()", klass=5,
+        why="runs the forward under torch.no_grad() to save memory: no graph, told 'use_reentrant' before"),
+    Mutant(
+        id="detach_between", cell="checkpointed_sequential", find=_CALL,
+        replace=_CALL + ".detach().requires_grad_()",
+        lose=_CS, says=".detach()", klass=5,
+        why="detaches between segments (forum: 'free the graph of the previous segment'): earlier layers get no gradient"),
+    Mutant(
+        id="reentrant_true", cell="checkpointed_sequential", find=_CALL,
+        replace="            x = checkpoint(self.layers[start:stop], x, use_reentrant=True, **self.checkpoint_kwargs)",
+        lose=_CS, says="use_reentrant=False", klass=0,
+        why="the old default use_reentrant=True: no input requires grad, no parameter gets a gradient (transformers#26221)"),
+    Mutant(
+        id="reentrant_omitted", cell="checkpointed_sequential", find=_CALL,
+        replace="            x = checkpoint(self.layers[start:stop], x, **self.checkpoint_kwargs)",
+        lose=_CS, says="use_reentrant", klass=3,
+        why="leaves use_reentrant out: torch warns and falls back to the reentrant variant"),
+    Mutant(
+        id="rng_not_preserved", cell="checkpointed_sequential", find=_CALL,
+        replace=("            x = checkpoint(self.layers[start:stop], x, use_reentrant=False, preserve_rng_state=False,\n"
+                 "                           **self.checkpoint_kwargs)"),
+        lose=("test_checkpointed_sequential_hidden",), says="preserve_rng_state", klass=2,
+        why="preserve_rng_state=False 'to save time': dropout masks differ in the recomputation (no dropout in the visible test)"),
+    Mutant(
+        id="choose_sqrt_n", cell="choose_segments", find=_K,
+        replace="    k = round(math.sqrt(n_layers))",
+        lose=("test_choose_segments", "test_choose_segments_hidden"), says="A/c", klass=2,
+        why="Chen's sqrt(n) whatever a layer costs against a kept input (right only when A = c)"),
+    Mutant(
+        id="choose_inverted", cell="choose_segments", find=_K,
+        replace="    k = round(math.sqrt(n_layers * checkpoint_bytes / layer_bytes))",
+        lose=("test_choose_segments", "test_choose_segments_hidden"), says="A/c", klass=0,
+        why="minimum of k*c + n*A/k taken the wrong way up: sqrt(n*c/A)"),
+    Mutant(
+        id="choose_float", cell="choose_segments", find="    return int(min(n_layers, max(1, k)))",
+        replace="    return min(n_layers, max(1, math.sqrt(n_layers * layer_bytes / checkpoint_bytes)))",
+        lose=("test_choose_segments",), says="return an int", klass=0,
+        why="returns the real-valued optimum instead of a whole number of segments"),
+    Mutant(
+        id="choose_unclamped", cell="choose_segments", find="    return int(min(n_layers, max(1, k)))",
+        replace="    return int(k)",
+        lose=("test_choose_segments",), says="between 1 and n_layers", klass=0,
+        why="forgets that k is at most the number of layers (a very expensive layer gives k > n)"),
+    Mutant(
+        id="policy_overload_compare", cell="save_matmuls_policy",
+        find="    if op.overloadpacket in MATMULS:", replace="    if op in MATMULS:",
+        lose=("test_save_matmuls_policy",), says="overloadpacket", klass=0,
+        why="compares the overload (aten.mm.default) with the packets in MATMULS: never equal"),
+]

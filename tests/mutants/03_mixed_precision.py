@@ -1,0 +1,117 @@
+"""Mutants of 03_mixed_precision (see tests/mutants/__init__.py): what learners get wrong with
+autocast and GradScaler. Sources: the PyTorch AMP docs and examples (clip after unscale_, one
+update per step, the loss inside autocast), the deprecated torch.cuda.amp API, forum threads on
+"No inf checks were recorded" and on a GradScaler created inside the training step, issue 14."""
+from mutants import Mutant
+
+_VANISH = "    vanished = ((grads.float() * scale).to(torch.float16) == 0) & nonzero"
+_AC = "    with torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype != torch.float32):"
+_FWD = _AC + """
+        outputs = model(inputs)
+        loss = loss_fn(outputs, targets)
+    return loss"""
+_UF = ("test_fp16_underflow_fraction", "test_fp16_underflow_fraction_hidden")
+_FL = ("test_forward_loss", "test_forward_loss_hidden")
+_AS = ("test_amp_step", "test_amp_step_hidden")
+
+MUTANTS = [
+    Mutant(
+        id="underflow_counts_zeros", cell="fp16_underflow_fraction",
+        find="    return int(vanished.sum()) / n_nonzero",
+        replace="    return float(((grads.float() * scale).to(torch.float16) == 0).float().mean())",
+        lose=_UF, says="nonzero", klass=0,
+        why="divides by every value, zeros included, and counts the zeros that were zero already"),
+    Mutant(
+        id="underflow_scale_after_cast", cell="fp16_underflow_fraction", find=_VANISH,
+        replace="    vanished = ((grads.to(torch.float16).float() * scale) == 0) & nonzero",
+        lose=_UF, says="before converting", klass=0,
+        why="converts to fp16 first and scales afterwards: the scale cannot rescue anything"),
+    Mutant(
+        id="underflow_threshold", cell="fp16_underflow_fraction", find=_VANISH,
+        replace="    vanished = ((grads.float() * scale).abs() < 2.0**-24) & nonzero",
+        lose=("test_fp16_underflow_fraction_hidden",), says="round", klass=2,
+        why="compares with fp16's smallest subnormal instead of converting: values in (2^-25, 2^-24) round up, not to 0"),
+    Mutant(
+        id="underflow_tensor", cell="fp16_underflow_fraction",
+        find="    return int(vanished.sum()) / n_nonzero", replace="    return vanished.sum() / n_nonzero",
+        lose=_UF, says="Python float", klass=0, why="returns a 0-d tensor instead of a Python float"),
+    Mutant(
+        id="forward_cuda_hardcoded", cell="forward_loss", find=_AC,
+        replace='    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):',
+        lose=_FL, says="device.type", klass=3,
+        why="copies torch.autocast('cuda', ...) from a GPU tutorial: disabled with a warning on a CPU grader"),
+    Mutant(
+        id="forward_loss_outside", cell="forward_loss", find=_FWD,
+        replace=_AC + """
+        outputs = model(inputs)
+    loss = loss_fn(outputs, targets)
+    return loss""",
+        lose=("test_forward_loss_hidden",), says="inside the autocast block", klass=2,
+        why="computes the loss after the autocast block: fp32 anyway when the model ends in fp32 (MLP), "
+            "16-bit with a Linear head (AMP docs: losses belong inside autocast)"),
+    Mutant(
+        id="forward_model_converted", cell="forward_loss", find=_FWD,
+        replace="""    if dtype != torch.float32:
+        model.to(dtype)
+        inputs = inputs.to(dtype)
+    return loss_fn(model(inputs).float(), targets)""",
+        lose=_FL, says="do not convert the model", klass=0,
+        why="converts the model and batch to 16 bits instead of autocast (pure bf16 is section 6, not AMP)"),
+    Mutant(
+        id="forward_fp32_autocast", cell="forward_loss", find=_AC,
+        replace="    with torch.autocast(device_type=device.type, dtype=dtype):",
+        lose=_FL, says="enabled=False", klass=3,
+        why="autocast with dtype=torch.float32: CPU autocast warns and disables itself (the text says enabled=False)"),
+    Mutant(
+        id="forward_deprecated_api", cell="forward_loss", find=_AC,
+        replace="    with torch.cuda.amp.autocast(dtype=dtype, enabled=dtype != torch.float32):",
+        lose=_FL, says="deprecated", klass=3,
+        why="the old torch.cuda.amp.autocast from tutorials: FutureWarning, CUDA only, fp32 on a CPU grader"),
+    Mutant(
+        id="amp_own_scaler", cell="amp_step", find="    optimizer.zero_grad(set_to_none=True)\n",
+        replace="    optimizer.zero_grad(set_to_none=True)\n    scaler = torch.amp.GradScaler(device.type)\n",
+        lose=_AS, says="the scaler you are given", klass=5,
+        why="creates a GradScaler inside the step: it starts fresh each step and the caller's never updates"),
+    Mutant(
+        id="amp_clip_before_unscale", cell="amp_step",
+        find="""    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)""",
+        replace="""    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)""",
+        lose=_AS, says="unscale_", klass=0,
+        why="clips the scaled gradients (AMP examples, 'Gradient clipping': unscale_ first)"),
+    Mutant(
+        id="amp_no_update", cell="amp_step", find="    scaler.update()\n", replace="",
+        lose=_AS, says="scaler.update()", klass=5,
+        why="forgets scaler.update(): the next step fails with GradScaler's own RuntimeError"),
+    Mutant(
+        id="amp_optimizer_step", cell="amp_step", find="    scaler.step(optimizer)\n",
+        replace="    optimizer.step()\n",
+        lose=_AS, says="scaler.step(optimizer)", klass=5,
+        why="calls optimizer.step() directly: an inf step is not skipped; update() raises 'No inf checks were "
+            "recorded prior to update'"),
+    Mutant(
+        id="amp_zero_grad_late", cell="amp_step",
+        find="""    optimizer.zero_grad(set_to_none=True)
+    loss = forward_loss(model, batch, loss_fn, device=device, dtype=dtype)
+    scaler.scale(loss).backward()
+""",
+        replace="""    loss = forward_loss(model, batch, loss_fn, device=device, dtype=dtype)
+    scaler.scale(loss).backward()
+    optimizer.zero_grad(set_to_none=True)
+""",
+        lose=_AS, says="clear the gradients at the start", klass=5,
+        why="zero_grad moved after backward ('reset for the next step'): GradScaler raises 'No inf checks were "
+            "recorded for this optimizer', a message that names no fix"),
+    Mutant(
+        id="amp_float_loss", cell="amp_step", find="    return loss.item()", replace="    return float(loss)",
+        lose=_AS, says="loss.item()", klass=3,
+        why="float(loss) on a tensor that requires grad: torch 2.13 warns"),
+    Mutant(
+        id="amp_scaled_loss", cell="amp_step",
+        find="""    scaler.scale(loss).backward()""",
+        replace="""    loss = scaler.scale(loss)
+    loss.backward()""",
+        lose=_AS, says="not the scaled loss", klass=0,
+        why="returns the scaled loss (S times too large)"),
+]

@@ -1,0 +1,105 @@
+"""Mutants of 08_more_levers (see tests/mutants/__init__.py): what learners get wrong with fused
+attention, LoRA, optimizer state and the optimizer step inside backward. Sources: the PyTorch
+SDPA docs (an explicit mask sends the CPU to the math kernel), Hu et al. 2021 (A random, B zero,
+alpha / r), the torch.optim source (state in the parameter's dtype, fp32 step counters,
+Adafactor's row/column factors), the PyTorch tutorial on fusing the optimizer step into backward."""
+from mutants import Mutant
+
+_SDPA = "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+_CA = ("test_causal_attention", "test_causal_attention_hidden")
+_LO = ("test_lora_linear", "test_lora_linear_hidden")
+_PS = ("test_predict_state_bytes", "test_predict_state_bytes_hidden")
+_FU = ("test_fuse_optimizer_into_backward", "test_fuse_optimizer_into_backward_hidden")
+_FREEZE = """        for p in self.base.parameters():
+            p.requires_grad_(False)
+"""
+_A = "        self.A = nn.Parameter(torch.randn(rank, base.in_features, device=w.device, dtype=w.dtype) / rank)"
+_HOOK = """    def step_and_free(param):
+        optimizers[param].step()
+        optimizers[param].zero_grad(set_to_none=True)
+"""
+
+MUTANTS = [
+    Mutant(id="attn_not_causal", cell="causal_attention", find=_SDPA,
+           replace="    return F.scaled_dot_product_attention(q, k, v)",
+           lose=_CA, says="is_causal", klass=0,
+           why="forgets is_causal: every position also attends to the future"),
+    Mutant(id="attn_explicit_mask", cell="causal_attention", find=_SDPA,
+           replace="""    s = q.shape[-2]
+    keep = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)""",
+           lose=_CA, says="attn_mask", klass=3,
+           why="builds the causal mask by hand: right output, but on the CPU SDPA falls back to the math kernel and keeps s x s"),
+    Mutant(id="attn_eager", cell="causal_attention", find=_SDPA,
+           replace="""    s = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v""",
+           lose=_CA, says="s x s matrix", klass=0,
+           why="writes attention out as in GPT-2: correct, and exactly the quadratic memory the exercise removes"),
+    Mutant(id="attn_no_grad", cell="causal_attention", find=_SDPA,
+           replace="""    with torch.no_grad():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)""",
+           lose=_CA, says="require grad", klass=0,
+           why="wraps it in no_grad to 'save memory': nothing is saved because nothing can be trained"),
+    Mutant(id="attn_scale_one", cell="causal_attention", find=_SDPA,
+           replace="    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)",
+           lose=_CA, says="scale", klass=0,
+           why="passes scale=1.0 thinking it is the default: the default is 1/sqrt(head_dim)"),
+    Mutant(id="lora_not_frozen", cell="lora_linear", find=_FREEZE, replace="",
+           lose=_LO, says="freeze", klass=0,
+           why="adds A and B but leaves the base trainable: gradients and Adam state for the big weight too"),
+    Mutant(id="lora_bias_trainable", cell="lora_linear", find=_FREEZE,
+           replace="        self.base.weight.requires_grad_(False)\n",
+           lose=_LO, says="bias", klass=0,
+           why="freezes the weight only; the bias keeps training (and gets state)"),
+    Mutant(id="lora_a_zero", cell="lora_linear", find=_A,
+           replace="        self.A = nn.Parameter(torch.zeros(rank, base.in_features, device=w.device, dtype=w.dtype))",
+           lose=("test_lora_linear",), says="A must be random", klass=0,
+           why="initialises both factors at zero: the output is right at init but neither factor ever gets a gradient"),
+    Mutant(id="lora_no_alpha", cell="lora_linear",
+           find="        return self.base(x) + self.scale * ((x @ self.A.T) @ self.B.T)",
+           replace="        return self.base(x) + (x @ self.A.T) @ self.B.T",
+           lose=("test_lora_linear_hidden",), says="alpha / rank", klass=2,
+           why="drops the alpha / rank scaling: invisible while B is zero"),
+    Mutant(id="lora_copies_base", cell="lora_linear", find="        self.base = base\n",
+           replace="        self.base = copy.deepcopy(base)\n",
+           lose=_LO, says="not a copy", klass=0,
+           why="deep-copies the base layer: a second copy of the frozen weight"),
+    Mutant(id="state_counts_frozen", cell="predict_state_bytes",
+           find="        if not p.requires_grad:\n            continue\n", replace="",
+           lose=("test_predict_state_bytes_hidden",), says="trainable parameters only", klass=2,
+           why="counts every parameter: frozen ones never get state"),
+    Mutant(id="state_no_step", cell="predict_state_bytes",
+           find="            total += 2 * p.numel() * size + 4\n",
+           replace="            total += 2 * p.numel() * size\n",
+           lose=_PS, says="step counter", klass=0,
+           why="forgets Adam's 4-byte step tensor per parameter"),
+    Mutant(id="state_fp32_always", cell="predict_state_bytes",
+           find="        size = p.element_size()\n", replace="        size = 4\n",
+           lose=("test_predict_state_bytes_hidden",), says="parameter's dtype", klass=2,
+           why="assumes fp32 state: torch.optim keeps state in the parameter's dtype (bf16 weights: bf16 moments)"),
+    Mutant(id="adafactor_full", cell="predict_state_bytes",
+           find="            if p.dim() >= 2:", replace="            if False:",
+           lose=_PS, says="row and column", klass=0,
+           why="treats Adafactor like RMSprop: a full second moment per matrix instead of a row and a column"),
+    Mutant(id="fuse_keeps_grads", cell="fuse_optimizer_into_backward", find=_HOOK,
+           replace="""    def step_and_free(param):
+        optimizers[param].step()
+""",
+           lose=_FU, says="set_to_none", klass=0,
+           why="steps in the hook but never frees the gradient: same parameters, no memory saved"),
+    Mutant(id="fuse_plain_register_hook", cell="fuse_optimizer_into_backward",
+           find="            p.register_post_accumulate_grad_hook(step_and_free)",
+           replace="            p.register_hook(lambda grad, p=p: step_and_free(p))",
+           lose=_FU, says="register_post_accumulate_grad_hook", klass=0,
+           why="uses Tensor.register_hook: it runs before .grad is accumulated, so the step sees no gradient"),
+    Mutant(id="fuse_steps_twice", cell="fuse_optimizer_into_backward", find=_HOOK,
+           replace="""    def step_and_free(param):
+        optimizers[param].step()
+        optimizers[param].step()
+        optimizers[param].zero_grad(set_to_none=True)
+""",
+           lose=_FU, says="once per backward", klass=0,
+           why="steps twice per backward (e.g. a leftover optimizer.step() in the hook)"),
+]

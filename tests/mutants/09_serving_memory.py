@@ -1,0 +1,61 @@
+"""Mutants of 09_serving_memory (see tests/mutants/__init__.py): what learners get wrong with a KV
+cache, its size and capacity planning. Sources: Pope et al. 2022 (the cache formula), the
+Hugging Face generation code (prefill/decode masks, cat along the sequence axis), vLLM's capacity
+arithmetic (weights first, then the cache per sequence)."""
+from mutants import Mutant
+
+_AC = ("test_attention_with_cache", "test_attention_with_cache_hidden")
+_KV = ("test_kv_cache_bytes", "test_kv_cache_bytes_hidden")
+_MB = ("test_max_batch", "test_max_batch_hidden")
+_MASK = "    future = torch.ones(s, t, dtype=torch.bool, device=x.device).triu(t - s + 1)"
+_KVRET = "    return 2 * layers * kv_heads * head_dim * seq * batch * torch.empty((), dtype=dtype).element_size()"
+
+MUTANTS = [
+    Mutant(id="kv_mask_of_the_prompt", cell="attention_with_cache", find=_MASK,
+           replace="    future = torch.ones(s, t, dtype=torch.bool, device=x.device).triu(1)",
+           lose=_AC, says="every cached key", klass=0,
+           why="keeps the square causal mask triu(1): at decode the new query is masked from every earlier key"),
+    Mutant(id="kv_no_scale", cell="attention_with_cache",
+           find="    scores = q @ k.transpose(-2, -1) / math.sqrt(d)",
+           replace="    scores = q @ k.transpose(-2, -1)",
+           lose=_AC, says="scale", klass=0, why="forgets the 1/sqrt(head_dim) scale"),
+    Mutant(id="kv_no_proj", cell="attention_with_cache",
+           find="    return block.proj(out), (k, v)", replace="    return out, (k, v)",
+           lose=_AC, says="block.proj", klass=0, why="returns the heads' output without the output projection"),
+    Mutant(id="kv_cache_not_extended", cell="attention_with_cache",
+           find="    return block.proj(out), (k, v)",
+           replace="    return block.proj(out), (cache if cache is not None else (k, v))",
+           lose=_AC, says="whole sequence", klass=0,
+           why="returns the old cache: each step sees the prompt and itself, never the tokens generated since"),
+    Mutant(id="kv_recompute_alone", cell="attention_with_cache",
+           find="    s, b, h = x.shape\n",
+           replace="    return block.attention(x), None\n    s, b, h = x.shape\n",
+           lose=_AC, says="cached key", klass=0,
+           why="calls the block's own attention on the new token only: no cache, so the token attends to itself alone"),
+    Mutant(id="kv_bytes_keys_only", cell="kv_cache_bytes", find=_KVRET,
+           replace="    return layers * kv_heads * head_dim * seq * batch * torch.empty((), dtype=dtype).element_size()",
+           lose=_KV, says="2 (K and V)", klass=0, why="counts the keys and forgets the values"),
+    Mutant(id="kv_bytes_fp32", cell="kv_cache_bytes", find=_KVRET,
+           replace="    return 2 * layers * kv_heads * head_dim * seq * batch * 4",
+           lose=_KV, says="fp16", klass=2, why="assumes 4 bytes per element whatever the dtype"),
+    Mutant(id="kv_bytes_float", cell="kv_cache_bytes", find=_KVRET,
+           replace="    return 2.0 * layers * kv_heads * head_dim * seq * batch * torch.empty((), dtype=dtype).element_size()",
+           lose=_KV, says="python int", klass=0, why="returns a float"),
+    Mutant(id="mb_no_activations", cell="max_batch",
+           find=" * kv_bytes + act_bytes_per_seq\n", replace=" * kv_bytes\n",
+           lose=_MB, says="act_bytes_per_seq", klass=0,
+           why="plans weights + cache and forgets the activations of the decode step"),
+    Mutant(id="mb_no_weights", cell="max_batch",
+           find="    free = budget_bytes - cfg[\"params\"] * weight_bytes\n", replace="    free = budget_bytes\n",
+           lose=_MB, says="weights", klass=0, why="gives the whole budget to the cache"),
+    Mutant(id="mb_float", cell="max_batch", find="    return int(free // per_seq)",
+           replace="    return free / per_seq", lose=_MB, says="python int", klass=0,
+           why="divides without flooring: a fractional batch"),
+    Mutant(id="mb_rounds_up", cell="max_batch", find="    return int(free // per_seq)",
+           replace="    return round(free / per_seq)", lose=_MB, says="largest whole batch", klass=0,
+           why="rounds to the nearest batch: half the time one more sequence than fits"),
+    Mutant(id="mb_negative", cell="max_batch",
+           find="    if free <= 0:\n        return 0\n", replace="",
+           lose=("test_max_batch",), says="return 0", klass=0,
+           why="returns a negative batch when the weights alone do not fit"),
+]
