@@ -485,7 +485,7 @@ def make_job(student: str, assignment: str, files: dict[str, bytes], course: Any
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    h.update(json.dumps({k: settings.get(k) for k in ("cell_timeout", "memory_mb", "checks", "kernelspec",
+    h.update(json.dumps({k: settings.get(k) for k in ("cell_timeout", "memory_mb", "checks", "kernelspec", "sandbox",
                                                       "config_overrides")},
                         sort_keys=True, default=str).encode())
     return {"student": student, "assignment": assignment, "files": files, "course": course,
