@@ -620,6 +620,8 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
                     continue
             try:
                 kernels = len(job["course"]["notebooks"]) if isinstance(job["course"], dict) else 1
+                if sandbox_state(job["settings"])[0]:
+                    kernels = 0  # bubblewrap kernels start from their own argv: nothing to pre-fork
                 _ZYGOTE.stdin.write(f"{jobdir}\t{kernels}\t{threads}\n".encode())
                 _ZYGOTE.stdin.flush()
                 line = _ZYGOTE.stdout.readline().strip()
