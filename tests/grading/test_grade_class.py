@@ -78,6 +78,27 @@ if "tensor_bytes" not in globals():
 '''
 
 
+FIND_SOLUTIONS = CORRECT + '''
+import os
+_found = []
+_d = os.getcwd()
+for _ in range(12):
+    for _cand in (os.path.join(_d, "solutions", "00_setup"), os.path.join(_d, "autograder", "work", "gradebook.db"),
+                  os.path.join(_d, "gradebook.db"), os.path.join(_d, "autograder", "work", "submitted")):
+        if os.path.exists(_cand):
+            _found.append(_cand)
+    _d = os.path.dirname(_d)
+for _p in _found:
+    if _p.endswith(".db"):
+        with open(_p, "r+b") as _fh:      # corrupt the gradebook it can reach
+            _fh.seek(100)
+            _fh.write(b"x" * 4096)
+if not _found:
+    del tensor_bytes                       # a learner who found nothing hands in a blank
+    raise NotImplementedError("no solution or gradebook visible")
+'''
+
+
 def _gid(cell):
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
@@ -137,10 +158,13 @@ CORPUS = {
                           "    except KeyboardInterrupt:\n        pass\n" + CORRECT, None, 0, "timeout"),
     "memory_hog": ("_hog = []\nwhile True:\n    _hog.append(torch.empty(2**28))\n" + CORRECT, None, 0,
                    "memory limit"),
-    "sys_exit": ("import sys\nsys.exit(1)\n" + CORRECT, None, 0, "called sys.exit()"),
-    "os_exit": ("import os\nos._exit(0)\n" + CORRECT, None, 0, "kernel died"),
+    # The static audit (memlab.grading.audit) refuses these before anything runs: the answer
+    # cell is replaced by its stub, scores 0, and the reason names cell, line and rule.
+    "sys_exit": ("import sys\nsys.exit(1)\n" + CORRECT, None, 0,
+                 "audit: tensor_bytes line 2: process-or-hook API: uses sys.exit"),
+    "os_exit": ("import os\nos._exit(0)\n" + CORRECT, None, 0, "audit: tensor_bytes line 2: process-or-hook API: uses os._exit"),
     "kill_kernel": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + CORRECT, None, 0,
-                    "kernel died"),
+                    "audit: tensor_bytes line 1: import: imports signal"),
     "input_wait": (CORRECT + "\nname = input('your name? ')\n", None, 3, "input()"),
     "widget_wait": (CORRECT + "\nimport time, ipywidgets\n_b = ipywidgets.Button(description='go')\n"
                     "display(_b)\n_clicked = []\n_b.on_click(_clicked.append)\n"
@@ -162,17 +186,19 @@ CORPUS = {
     "int_subclass": ("class _Eq(int):\n    def __eq__(self, o):\n        return True\n"
                      "    __hash__ = int.__hash__\n\ndef tensor_bytes(shape, dtype):\n    return _Eq(0)\n",
                      None, 0, "return a Python int"),
-    "patch_measure_peak": (FAKE_PEAK, None, 0, "patched grading code"),
+    "patch_measure_peak": (FAKE_PEAK, None, 0, "monkeypatch: assigns memlab.measure_peak"),
     "patch_cuda_max": (TABLE + "\ntorch.cuda.max_memory_allocated = lambda *a, **k: 262144\n", None, 0,
-                       "torch.cuda.max_memory_allocated was replaced"),
+                       "monkeypatch: assigns torch.cuda.max_memory_allocated"),
     "patch_allclose": (TABLE + "\ntorch.allclose = lambda *a, **k: True\n", None, 0,
-                       "torch.allclose was replaced"),
+                       "monkeypatch: assigns torch.allclose"),
     "custom_exc": ("get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)\n"
                    "def tensor_bytes(shape, dtype):\n    raise NotImplementedError()\n", None, 0,
-                   "set_custom_exc"),
+                   "uses get_ipython (the IPython shell)"),
     "hardcoded": (TABLE, None, 1, "test_tensor_bytes_hidden failed"),
     "stored_success": (None, _stored_success, 0, "stored outputs"),
-    "read_solutions": (READ_SOLUTIONS, None, 0, "wrote to the grading worker's gradebook"),
+    "read_solutions": (READ_SOLUTIONS, None, 0, "audit: tensor_bytes line 1: import: imports sqlite3"),
+    # Passes the audit (open() and os.path are allowed): the sandbox holds, nothing is found.
+    "find_solutions_sandboxed": (FIND_SOLUTIONS, None, 0, "NameError: name 'tensor_bytes' is not defined"),
 }
 # Regraded in the second batch: the ones whose outcome depends on timing or process death.
 FRAGILE = ["blank", "correct", "swallow_interrupt", "memory_hog", "os_exit", "widget_wait", "read_solutions"]
@@ -225,7 +251,11 @@ def test_every_submission_gets_its_score_and_a_reason(graded):
     by = report.by_submission
     assert sorted(s for s, _ in by) == sorted(CORPUS), "the batch must grade every submission"
     wrong = []
+    from memlab.grading import sandbox
+
     for student, (_, _, score, reason) in sorted(CORPUS.items()):
+        if student == "find_solutions_sandboxed" and not sandbox.available()[0]:
+            continue  # unsandboxed it does find the worker's course: that is the point
         r = by[(student, A)]
         if r["score"] != score or reason.lower() not in r["reason"].lower():
             wrong.append(f"{student}: got {r['score']:g} ({r['reason']}), expected {score} with '{reason}'")
@@ -338,3 +368,30 @@ def test_wall_clock_limit_per_submission(course, tmp_path):
     stuck, fine = report.by_submission[("a_stuck", A)], report.by_submission[("b_fine", A)]
     assert stuck["score"] == 0 and "over the 20 s limit per submission" in stuck["reason"], stuck["reason"]
     assert fine["score"] == 3, fine["reason"]
+
+
+def test_reason_never_contradicts_the_score():
+    from memlab.grading.grade_class import _reason_text
+
+    zero = {"status": "ok", "reasons": [], "scans": {},
+            "grades": {"nb": {"test_a": [0.0, 2.0, False], "test_b": [1.0, 1.0, False]}}}
+    reason, _ = _reason_text(zero)
+    assert "all tests pass" not in reason and "test_a scored 0 of 2" in reason
+    full = {"status": "ok", "reasons": [], "scans": {}, "grades": {"nb": {"test_a": [2.0, 2.0, False]}}}
+    assert _reason_text(full)[0] == "all tests pass"
+
+
+def test_gradebook_integrity_check(tmp_path):
+    from memlab.grading.grade_class import gradebook_integrity
+
+    db = tmp_path / "gb.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (x)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(5000)])
+    con.commit()
+    con.close()
+    assert gradebook_integrity(db) == "ok"
+    data = bytearray(db.read_bytes())
+    data[4096 + 100: 4096 + 4196] = b"x" * 4096   # what a learner who reaches the file does
+    db.write_bytes(bytes(data))
+    assert gradebook_integrity(db) != "ok"

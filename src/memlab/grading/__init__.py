@@ -11,6 +11,8 @@ Layer 3 of memlab (see docs/ARCHITECTURE.md): may import ``memlab.measure`` and
                concepts (the concept-rubric engine) and rubric_bank (the course's rubrics)
 - interview:   07's question registry, widgets and the instructor's review
 - grade_class: grading a whole class
+- audit:       static audit of answer cells before anything runs (issue 19)
+- sandbox:     bubblewrap around every graded kernel (issue 19)
 - instructor:  the instructor's CLI (``python -m memlab.grading.instructor``)
 
 ``ml.grading.guard()`` and the guard's other names are re-exported here, so test cells

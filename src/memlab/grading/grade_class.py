@@ -35,6 +35,14 @@ imported), killed with its kernel when it outlives ``submission_timeout`` (score
 reason; the batch goes on). Kernels are forked too, from the same warm image, before the child
 starts any thread (no ``import torch`` per notebook): :class:`WarmKernelManager`.
 
+Security (issue 19; autograder/README.md, Security): the default checks include
+:func:`audit_check` (the static audit, :mod:`memlab.grading.audit`: a violating answer cell is
+replaced by its released stub before anything runs; ``audit=False`` / ``--no-audit`` drops it);
+with ``sandbox=True`` (default) and bubblewrap usable, every kernel runs under
+:class:`memlab.grading.sandbox.SandboxKernelManager` (no warm fork for it); otherwise the report
+says ``unsandboxed`` with a loud warning. The grader retries a merge while the gradebook is
+locked and runs SQLite's integrity check after the batch (summary.md, summary.json).
+
 Resumable: every merged result is appended to ``<out>/ledger.jsonl``; a rerun with the same
 submissions grades only what is missing (or changed). ``students`` / ``assignments`` regrade
 a subset without a full batch; the report always covers everything graded so far.
@@ -63,7 +71,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Sequence
 
 __all__ = ["grade_class", "grade_job", "make_job", "course_bundle", "validate_result",
-           "GradeSettings", "ClassReport", "find_layout", "structure_check", "limited_kernelspec",
+           "GradeSettings", "ClassReport", "find_layout", "structure_check", "audit_check", "limited_kernelspec",
            "WarmKernelManager", "REVIEW_MARKER"]
 
 REVIEW_MARKER = "NEEDS MANUAL REVIEW:"
@@ -83,7 +91,10 @@ class GradeSettings:
     scheduler: str | None = None       # Dask scheduler address (tcp://host:8786); None: local
     warm: bool = True                  # fork jobs and kernels from a warm process
     kernelspec: str = f"{__name__}:limited_kernelspec"   # hook: how the kernel starts
-    checks: tuple[str, ...] = (f"{__name__}:structure_check",)  # hook: before running
+    checks: tuple[str, ...] = (f"{__name__}:structure_check",   # hook: before running
+                               f"{__name__}:audit_check")
+    sandbox: bool = True               # bubblewrap per kernel where usable (memlab.grading.sandbox)
+    audit: bool = True                 # static audit of answer cells (drops audit_check when False)
     config_overrides: dict = field(default_factory=dict)  # hook: nbgrader config per job,
     #                                  {"Section": {"trait": value}}, applied after the course's
     resume: bool = True                # skip submissions already in <out>/ledger.jsonl
@@ -99,6 +110,8 @@ class ClassReport:
     workers: int = 1
     graded: int = 0                    # jobs run by this call (the rest came from the ledger)
     skipped: int = 0
+    isolation: str = ""                # "sandboxed (...)" or "unsandboxed (why)"
+    integrity: str = ""                # PRAGMA integrity_check of the gradebook after the batch
 
     @property
     def by_submission(self) -> dict[tuple[str, str], dict]:
@@ -210,9 +223,17 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
                        else nbformat.v4.new_markdown_cell)(cell.source, metadata=copy.deepcopy(cell.metadata))
                 new["id"] = cell.get("id", new["id"])
                 cell = new
+            edited = sorted(k for k in ("grade", "solution", "locked", "points", "checksum",
+                                        "schema_version", "cell_type")
+                            if _meta(cell).get(k) != _meta(ref).get(k))
+            if edited:  # repaired by grade_id, not trusted and not zeroed whole
+                reasons.append(f"nbgrader metadata of {gid!r} edited ({', '.join(edited)}): "
+                               f"restored from the release")
+            cell.metadata["nbgrader"] = copy.deepcopy(_meta(ref))
             if _meta(ref).get("locked") and _norm(cell.source) != _norm(ref.source):
                 what = "test cell" if _meta(ref).get("grade") else "locked cell"
                 reasons.append(f"{what} {gid!r} edited: restored from the release before grading")
+                cell.source = ref.source
             if cell.cell_type == "code" and _meta(ref).get("grade") and not _meta(ref).get("solution") \
                     and cell.get("outputs"):
                 reasons.append(f"stored outputs of {gid!r} discarded (tests are re-run)")
@@ -331,6 +352,43 @@ def structure_check(job: dict, submitted: Path, release_dir: Path) -> dict:
     return {"reasons": _precheck(submitted, release_dir, list(job["course"]["notebooks"])), "zero": []}
 
 
+AUDIT_CHECK = f"{__name__}:audit_check"
+
+
+def audit_check(job: dict, submitted: Path, release_dir: Path) -> dict:
+    """The static audit (:mod:`memlab.grading.audit`) as a check: every answer cell that breaks
+    the assignment's policy is replaced by its released stub before anything runs (its tests
+    score 0, pending review); the reason names cell, line and rule ("audit: ...")."""
+    import nbformat
+
+    from .audit import apply_audit
+
+    reasons: list[str] = []
+    for name in job["course"]["notebooks"]:
+        path, rel = submitted / f"{name}.ipynb", release_dir / f"{name}.ipynb"
+        if not path.is_file() or not rel.is_file():
+            continue
+        try:
+            nb = nbformat.read(str(path), as_version=4)
+        except Exception:  # unreadable: structure_check already said so
+            continue
+        found = apply_audit(nb, nbformat.read(str(rel), as_version=4), job["assignment"])
+        if found:
+            nbformat.write(nb, str(path))
+            reasons += found
+    return {"reasons": reasons, "zero": []}
+
+
+def sandbox_state(settings: dict | GradeSettings) -> tuple[bool, str]:
+    """(kernels run under bubblewrap, why) for these settings."""
+    from . import sandbox
+
+    want = settings.get("sandbox", True) if isinstance(settings, dict) else settings.sandbox
+    if not want:
+        return False, "disabled (--no-sandbox)"
+    return sandbox.available()
+
+
 def limited_kernelspec(data_dir: Path, settings: dict) -> str:
     """Default kernel launch: :mod:`memlab.grading.kernel` with ``RLIMIT_AS`` and
     ``PR_SET_PDEATHSIG``. A kernelspec hook is ``f(jupyter_data_dir, settings) -> kernel name``:
@@ -427,7 +485,7 @@ def make_job(student: str, assignment: str, files: dict[str, bytes], course: Any
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    h.update(json.dumps({k: settings.get(k) for k in ("cell_timeout", "memory_mb", "checks", "kernelspec",
+    h.update(json.dumps({k: settings.get(k) for k in ("cell_timeout", "memory_mb", "checks", "kernelspec", "sandbox",
                                                       "config_overrides")},
                         sort_keys=True, default=str).encode())
     return {"student": student, "assignment": assignment, "files": files, "course": course,
@@ -437,7 +495,8 @@ def make_job(student: str, assignment: str, files: dict[str, bytes], course: Any
 def _job_settings(settings: GradeSettings, threads: int) -> dict:
     return {"cell_timeout": int(settings.cell_timeout), "submission_timeout": int(settings.submission_timeout),
             "memory_mb": int(settings.memory_mb), "threads": int(threads), "warm": bool(settings.warm),
-            "kernelspec": settings.kernelspec, "checks": list(settings.checks),
+            "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
+            "checks": [c for c in settings.checks if settings.audit or c != AUDIT_CHECK],
             "config_overrides": copy.deepcopy(settings.config_overrides)}
 
 
@@ -561,6 +620,8 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
                     continue
             try:
                 kernels = len(job["course"]["notebooks"]) if isinstance(job["course"], dict) else 1
+                if sandbox_state(job["settings"])[0]:
+                    kernels = 0  # bubblewrap kernels start from their own argv: nothing to pre-fork
                 _ZYGOTE.stdin.write(f"{jobdir}\t{kernels}\t{threads}\n".encode())
                 _ZYGOTE.stdin.flush()
                 line = _ZYGOTE.stdout.readline().strip()
@@ -882,7 +943,13 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
     kernel_name = _resolve(s["kernelspec"])(jupyter, s)
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(jupyter), *filter(None, [os.environ.get("JUPYTER_PATH")])])
     overrides: dict = {"Execute": {"timeout": int(s["cell_timeout"]), "kernel_name": kernel_name}}
-    if s.get("warm", True):
+    if sandbox_state(s)[0]:
+        # Kernel under bubblewrap (memlab.grading.sandbox): started from its own argv, never
+        # from the warm fork; killed from outside at the submission's wall limit.
+        overrides["Execute"]["kernel_manager_class"] = "memlab.grading.sandbox.SandboxKernelManager"
+        overrides["SandboxKernelManager"] = {"sandbox": True,
+                                             "wall_seconds": float(s.get("submission_timeout") or 0)}
+    elif s.get("warm", True):
         overrides["Execute"]["kernel_manager_class"] = f"{__name__}.WarmKernelManager"
     for section, values in (s.get("config_overrides") or {}).items():
         overrides.setdefault(section, {}).update(values)
@@ -913,6 +980,9 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
         reasons.append(_classify_failure((result.get("log") or "") + (result.get("error") or "")))
     autograded = Path(cd.format_path(cd.autograded_directory, student, assignment))
     feedback = Path(cd.format_path(cd.feedback_directory, student, assignment))
+    from .sandbox import KERNEL_DIR
+
+    shutil.rmtree(autograded / KERNEL_DIR, ignore_errors=True)  # sockets, HOME, /tmp of the kernel
     if status == "ok":
         t_fb = time.monotonic()
         fb = api.generate_feedback(assignment, student, force=True)
@@ -998,7 +1068,7 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     parts = list(result["reasons"])
     review = [r for r in result["reasons"] if "edited" in r or "scores 0" in r or "renamed" in r
               or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r
-              or "gradebook" in r]
+              or "gradebook" in r or r.startswith("audit:")]
     for nb, scan in sorted(result.get("scans", {}).items()):
         parts += scan["events"]
         for gid, t in sorted(scan["tests"].items()):
@@ -1010,12 +1080,18 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
             parts.append(f"patched grading code: {g}")
             review.append(f"patched grading code: {g}")
         for r in scan["reviews"]:
-            review.append(f"flagged by the rubric: {r}")
+            if not r.startswith("audit:"):  # the audit's own line: already in the reasons
+                review.append(f"flagged by the rubric: {r}")
         review += [e for e in scan["events"] if "memory" in e or "timeout" in e]
+    lost = []
     for nb, cells in sorted(result.get("grades", {}).items()):
-        for gid, (auto, _mx, manual) in sorted(cells.items()):
+        for gid, (auto, mx, manual) in sorted(cells.items()):
             if manual:
                 review.append(f"{nb}/{gid} needs a manual grade")
+            elif result.get("status") == "ok" and (auto or 0) < mx and not any(
+                    p.startswith(f"{gid} ") for p in parts):
+                lost.append(f"{gid} scored {auto or 0:g} of {mx:g}")
+    parts += lost  # the reason never contradicts the score
     if not parts:
         parts = ["all tests pass"]
     seen: set[str] = set()
@@ -1023,6 +1099,36 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     return "; ".join(dict.fromkeys(parts)), review
 
 
+
+
+def _merge_retrying(gb, cd, job: dict, result: dict, timestamp, tries: int = 8) -> None:
+    """:func:`_merge`, retried with back-off while the gradebook is locked (another program, a
+    stray lock): a locked gradebook delays the batch, it never aborts it."""
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(tries):
+        try:
+            return _merge(gb, cd, job, result, timestamp)
+        except OperationalError as exc:
+            gb.db.rollback()
+            if "locked" not in str(exc).lower() or attempt == tries - 1:
+                raise
+            time.sleep(min(0.25 * 2 ** attempt, 8.0))
+
+
+def gradebook_integrity(db_path: str | Path) -> str:
+    """SQLite's ``PRAGMA integrity_check`` of the gradebook: "ok" or what it found."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = con.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        return f"unreadable ({exc})"
+    return "; ".join(r[0] for r in rows)[:500]
 
 
 def _merge(gb, cd, job: dict, result: dict, timestamp) -> None:
@@ -1211,6 +1317,15 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
     warnings.filterwarnings("ignore", message=".*not in session.*")
     settings = settings or GradeSettings()
     t_start = time.monotonic()
+    from . import sandbox
+
+    usable, why = sandbox_state(settings)
+    if usable:
+        isolation = f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
+    else:
+        if settings.sandbox:
+            sandbox.warn_unsandboxed(why)
+        isolation = f"unsandboxed ({why})"
     # Every path is made absolute here, in the caller's working directory: nothing below
     # (or in a job, which gets only data) depends on where the command was started.
     src = Path(submissions).expanduser().resolve()
@@ -1314,7 +1429,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                             ts, ts_problem = _timestamp(job["files"])
                             if ts_problem:
                                 res["reasons"].append(ts_problem)
-                            _merge(gb, cd, job, res, ts)
+                            _merge_retrying(gb, cd, job, res, ts)
                             res.pop("files", None)
                             res.pop("log", None)
                             results[(job["student"], job["assignment"])] = res
@@ -1340,7 +1455,11 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
             results.setdefault(key, e["result"])
         report = ClassReport(out=out, results=sorted(results.values(), key=lambda r: (r["student"], r["assignment"])),
                              seconds=time.monotonic() - t_start, workers=workers,
-                             graded=len(pending), skipped=skipped)
+                             graded=len(pending), skipped=skipped, isolation=isolation,
+                             integrity=gradebook_integrity(cd.db_url.replace("sqlite:///", "", 1)))
+        if report.integrity != "ok":
+            sys.stderr.write(f"\nERROR: the gradebook failed SQLite's integrity check after the batch: "
+                             f"{report.integrity}\n")
         _write_report(api, report, ignored)
         return report
     finally:
@@ -1374,10 +1493,12 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         r["reason"], r["review"] = reason, review
         rows.append({"student": r["student"], "assignment": r["assignment"],
                      "score": f"{r['score']:g}", "max_score": f"{r['max_score']:g}",
-                     "status": r["status"], "reason": reason})
+                     "status": r["status"], "reason": reason,
+                     "isolation": report.isolation.split(" (")[0]})
         for why in review:
             review_rows.append({"student": r["student"], "assignment": r["assignment"], "why": why})
-    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason"], rows)
+    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
+                                         "isolation"], rows)
     _write_csv(out / "review.csv", ["student", "assignment", "why"], review_rows)
     q_rows = [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
                "pass_rate": f"{sum(v) / len(v):.2f}"} for (a, nb, gid), v in sorted(per_question.items())]
@@ -1394,7 +1515,8 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         "graded_now": report.graded, "from_ledger": report.skipped,
         "seconds": round(report.seconds, 1),
         "seconds_per_submission": round(report.seconds / max(report.graded, 1), 2),
-        "ignored_folders": ignored,
+        "ignored_folders": ignored, "isolation": report.isolation,
+        "gradebook_integrity": report.integrity,
         "questions": q_rows, "review": review_rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -1402,6 +1524,10 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
              f"{len(totals)} students, {len(report.results)} submissions, {report.workers} workers, "
              f"{report.seconds:.0f} s ({summary['seconds_per_submission']} s per submission; "
              f"slowest {max(secs, default=0):.0f} s).", "",
+             f"Gradebook integrity check after the batch: {report.integrity}.", "",
+             f"Isolation: {report.isolation}." + ("" if report.isolation.startswith("sandboxed") else
+                                                 " LEARNER CODE RAN WITH YOUR RIGHTS: see "
+                                                 "autograder/README.md, Security."), "",
              "![score distribution](score_distribution.png)", "",
              "## Pass rate per graded cell (low: the exercise may be too hard)", "",
              "| assignment | notebook | grade cell | submissions | pass rate |", "|---|---|---|---|---|"]
@@ -1450,7 +1576,7 @@ def _interview_audits(api, results: list[dict]) -> dict[tuple[str, str], list[st
                 audits.setdefault((r["student"], r["assignment"]), []).append(
                     f"interview audit failed ({type(exc).__name__})")
             for item in items:
-                if item.source == "flagged":
+                if item.source in ("flagged", "static audit"):  # already in the reasons
                     continue  # the same NEEDS MANUAL REVIEW line the scan already lists
                 audits.setdefault((r["student"], r["assignment"]), []).append(
                     f"{item.question} [{item.source}] {item.reason}")

@@ -72,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per job and per kernel (slower; no warm fork)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run kernels without bubblewrap (UNSAFE: learner code gets your rights)")
+    p.add_argument("--no-audit", action="store_true",
+                   help="skip the static audit of answer cells (memlab.grading.audit)")
     args = parser.parse_args(argv)
 
     try:
@@ -99,10 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      memory_mb=args.memory_mb, scheduler=args.scheduler,
                                      students=tuple(args.student or ()),
                                      assignments=tuple(args.assignment or ()),
-                                     resume=not args.no_resume, warm=not args.cold)
+                                     resume=not args.no_resume, warm=not args.cold,
+                                     sandbox=not args.no_sandbox, audit=not args.no_audit)
             report = grade_class(args.submissions, config_path=args.config, out=args.out,
                                  settings=settings, progress=not args.quiet)
             n = report.graded
+            print(f"isolation: {report.isolation}")
             print(f"graded {n} submissions with {report.workers} workers in {report.seconds:.0f} s "
                   f"({report.seconds / max(n, 1):.1f} s per submission); {report.skipped} already "
                   f"graded (ledger); report covers {len(report.results)}")

@@ -1005,6 +1005,10 @@ def review_notebook(nb, source=None, *, student: str = "", assignment: str = "",
         if m.get("grade") and not m.get("solution"):
             for question, reason in _marked_lines(_stdout(cell), gid):
                 add(question, "flagged", reason)
+        elif m.get("solution"):  # grade-class's static audit withheld this answer (grading.audit)
+            for line in _stdout(cell).splitlines():
+                if line.strip().startswith(REVIEW_MARKER + " audit:"):
+                    add(gid, "static audit", line.strip()[len(REVIEW_MARKER):].strip())
     if source is None:
         return items
     src = _read_nb(source)

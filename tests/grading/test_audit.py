@@ -1,0 +1,139 @@
+"""memlab.grading.audit: the static audit of answer cells (no kernel, fast).
+
+Every official solution and every released stub passes (no false positive); every hostile
+source below is flagged with the expected rule; legitimate uses of restricted modules pass.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memlab.grading import audit
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
+
+
+def _nb(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _release(a: str) -> dict:
+    [path] = sorted((ROOT / "notebooks" / a).glob("*.ipynb"))
+    return _nb(path)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solutions_and_releases_pass(assignment):
+    rel = _release(assignment)
+    for path in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")):
+        assert audit.audit_notebook(_nb(path), rel, assignment) == {}
+    assert audit.audit_notebook(rel, rel, assignment) == {}
+
+
+# (assignment, answer grade_id, source, rule expected in the violation)
+HOSTILE = [
+    ("01_where_memory_goes", "count_param_bytes", "def count_param_bytes(model):\n    return ml.param_bytes(model)", "forbidden helper"),
+    ("01_where_memory_goes", "count_param_bytes", "from memlab.breakdown import param_bytes as pb\ndef count_param_bytes(model):\n    return pb(model)", "forbidden helper"),
+    ("01_where_memory_goes", "count_param_bytes", "import memlab.breakdown as b\ncount_param_bytes = b.param_bytes", "forbidden helper"),
+    ("01_where_memory_goes", "count_grad_bytes", "def count_grad_bytes(model):\n    return getattr(ml, 'grad_bytes')(model)", "forbidden helper"),
+    ("01_where_memory_goes", "count_optimizer_state_bytes", "f = ml\ndef count_optimizer_state_bytes(o):\n    return f.optimizer_state_bytes(o)", "forbidden helper"),
+    ("01_where_memory_goes", "count_saved_activation_bytes", "def count_saved_activation_bytes(fn, model):\n    return ml.breakdown.saved_activation_bytes(fn)", "forbidden helper"),
+    ("01_where_memory_goes", "predict_training_bytes", "import types\n_e = ml.calculator.estimate\npredict_training_bytes = types.FunctionType(_e.__code__, _e.__globals__)", "forbidden helper"),
+    ("01_where_memory_goes", "predict_training_bytes", "from memlab.calculator import estimate\ndef predict_training_bytes(**kw):\n    return estimate(**kw)", "forbidden helper"),
+    ("01_where_memory_goes", "count_param_bytes", "def count_param_bytes(model):\n    return ml.__dict__['param_bytes'](model)", "introspection"),
+    ("06_sharding", "predict_rank_bytes", "def predict_rank_bytes(shapes, strategy, world_size):\n    return [ml.distributed._fsdp_rows(s[0], world_size, 0) for s in shapes]", "forbidden helper"),
+    ("06_sharding", "predict_rank_bytes", "from memlab.distributed import _zero1_owner as z\npredict_rank_bytes = lambda *a: z(*a)", "forbidden helper"),
+    ("00_setup", "tensor_bytes", "import sys\nsys.settrace(lambda *a: None)", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import sys as s\ns.setprofile(None)", "process-or-hook API"),
+    ("02_checkpointing", "predict_ratio", "ip = get_ipython()\nip.input_transformers_post.append(lambda lines: [])", "process-or-hook API"),
+    ("02_checkpointing", "predict_ratio", "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.transform_cell = lambda self, c: ''", "process-or-hook API"),
+    ("03_mixed_precision", "forward_loss", "from jupyter_client.session import Session\nSession.send = lambda *a, **k: None", "process-or-hook API"),
+    ("03_mixed_precision", "forward_loss", "import ipykernel\n", "import"),
+    ("03_mixed_precision", "amp_step", "def amp_step(*a):\n    from IPython.display import publish_display_data\n    get_ipython().displayhook({'score': 1})", "process-or-hook API"),
+    ("04_accumulation", "accumulate_gradients", "import importlib\nimportlib.reload = lambda m: m", "import"),
+    ("04_accumulation", "accumulate_gradients", "import sys\nsys.meta_path.insert(0, object())", "process-or-hook API"),
+    ("04_accumulation", "accumulate_gradients", "torch.nn.Module.zero_grad = lambda self, set_to_none=True: None", "monkeypatch"),
+    ("04_accumulation", "accumulate_gradients", "from torch import Tensor\nTensor.__int__ = lambda self: 0", "monkeypatch"),
+    ("05_oom_clinic", "configure_job", "ml.oom.run_job = lambda *a, **k: None", "monkeypatch"),
+    ("05_oom_clinic", "configure_job", "setattr(ml.oom, 'fits', lambda *a, **k: True)", "dynamic attribute"),
+    ("07_interview_prep", "answer_q1", "ml.rubric.grade_text = lambda *a, **k: 1.0\nanswer_q1 = 'x'", "monkeypatch"),
+    ("07_interview_prep", "answer_q1", "import memlab.rubric as r\nr.grade_numeric = None", "monkeypatch"),
+    ("07_interview_prep", "answer_q2", "answer_q2 = globals().get('expected')", "dynamic code"),
+    ("07_interview_prep", "answer_q3", "answer_q3 = vars()['_expected']", "dynamic code"),
+    ("02_checkpointing", "predict_ratio", "import os\nexec(open(os.path.join(os.path.dirname(ml.__file__), '..', '..', 'solutions', 'x')).read())", "introspection"),
+    ("02_checkpointing", "predict_ratio", "exec('x = 1')", "dynamic code"),
+    ("00_setup", "tensor_bytes", "import sqlite3\nsqlite3.connect('gradebook.db').execute('BEGIN EXCLUSIVE')", "import"),
+    ("00_setup", "tensor_bytes", "import os\nos.rename('a', 'b')", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 30; sqlite3 gradebook.db'])", "import"),
+    ("00_setup", "tensor_bytes", "import os\nif os.fork() == 0:\n    pass", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import threading\nthreading.Timer(1, print).start()", "import"),
+    ("00_setup", "tensor_bytes", "import ctypes\nctypes.CDLL(None)", "import"),
+    ("00_setup", "tensor_bytes", "import gc\n[o for o in gc.get_objects()]", "import"),
+    ("00_setup", "tensor_bytes", "import inspect\ninspect.currentframe()", "import"),
+    ("00_setup", "tensor_bytes", "def isinstance(a, b):\n    return True", "builtins tampering"),
+    ("00_setup", "tensor_bytes", "__builtins__.print = None", "builtins tampering"),
+    ("00_setup", "tensor_bytes", "import builtins\nbuiltins.type = None", "import"),
+    ("00_setup", "tensor_bytes", "ml = None", "rebinds the notebook's name"),
+    ("00_setup", "tensor_bytes", "try:\n    1 / 0\nexcept Exception as e:\n    g = e.__traceback__.tb_frame.f_globals", "introspection"),
+    ("00_setup", "tensor_bytes", "def tensor_bytes(shape, dtype):\n    return ml.storage_bytes(torch.empty(shape, dtype=dtype))", "forbidden helper"),
+    ("00_setup", "tensor_bytes", "%load_ext something\ndef tensor_bytes(s, d):\n    return 0", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "x = torch._C._VariableFunctions", "private API"),
+    ("00_setup", "tensor_bytes", "from types import FunctionType\nf = FunctionType", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import memlab.grading as g\ng.guard = lambda: None", "import"),
+    ("00_setup", "tensor_bytes", "def f(g=get_ipython):\n    return g()", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "def f(v=vars):\n    return v()", "dynamic code"),
+    ("00_setup", "tensor_bytes", "_ih = _ih\nsrc = _ih[-1]", "process-or-hook API"),
+]
+
+
+@pytest.mark.parametrize("assignment,gid,source,rule", HOSTILE,
+                         ids=[f"{h[0][:2]}-{i}" for i, h in enumerate(HOSTILE)])
+def test_hostile_sources_are_flagged(assignment, gid, source, rule):
+    rel = _release(assignment)
+    names, aliases = audit.notebook_context(rel)
+    found = audit.audit_source(source, gid, audit.policy_for(assignment),
+                               notebook_names=names - {gid}, preset_aliases=aliases)
+    assert any(v.rule == rule for v in found), [str(v) for v in found]
+    assert all(v.cell == gid and v.line >= 1 for v in found)
+
+
+LEGIT = [
+    "import os\np = os.path.join('a', 'b')",
+    "import sys\nprint('note', file=sys.stderr)\nn = sys.getsizeof([])",
+    "import types\nns = types.SimpleNamespace(a=1)",
+    "from torch.utils._python_dispatch import TorchDispatchMode\nclass M(TorchDispatchMode):\n    def __init__(self):\n        super().__init__()\n        self.total = 0",
+    "import torch.nn.functional as F\ndef f(model, x):\n    model.weight.data = x\n    return F.relu(x)",
+    "import memlab as ml\nx = ml.checkpointing.segment_bounds(8, 2)",
+    "def count_param_bytes(model):\n    seen = {}\n    for p in model.parameters():\n        seen[p.untyped_storage().data_ptr()] = p.untyped_storage().nbytes()\n    return int(sum(seen.values()))",
+    "x = 3  # note: param_bytes in a comment is fine",
+    "for _i in range(3):\n    print(_i)",
+    "from IPython.display import Image, display",
+]
+
+
+@pytest.mark.parametrize("source", LEGIT)
+def test_legitimate_code_passes(source):
+    found = audit.audit_source(source, "count_param_bytes", audit.policy_for("01_where_memory_goes"),
+                               preset_aliases={"ml": "memlab", "torch": "torch"})
+    assert found == [], [str(v) for v in found]
+
+
+def test_apply_replaces_only_the_violating_cell():
+    a = "01_where_memory_goes"
+    rel = _release(a)
+    [sol] = sorted((ROOT / "solutions" / a).glob("*.ipynb"))
+    nb = _nb(sol)
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "count_param_bytes")
+    cell["source"] = "def count_param_bytes(model):\n    return ml.param_bytes(model)\n"
+    reasons = audit.apply_audit(nb, rel, a)
+    assert len(reasons) == 1 and "count_param_bytes line 2: forbidden helper" in reasons[0]
+    assert "pending review" in reasons[0]
+    assert cell["source"].startswith("print(") and "NEEDS MANUAL REVIEW: audit: count_param_bytes line 2" in cell["source"]
+    assert "ml.param_bytes" not in cell["source"] and "raise NotImplementedError" in cell["source"]
+    # the other answers are untouched: the solution of count_grad_bytes is still there
+    other = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "count_grad_bytes")
+    assert "NotImplementedError" not in "".join(other["source"])
