@@ -3,7 +3,8 @@
 In a temporary copy of the course, one honest submission of each chosen assignment (the
 solution's answer cells in the released notebook) is graded with 1 worker, sandboxed and
 unsandboxed (``GradeSettings.sandbox``), alternating per assignment so that machine load hits
-both alike. Prints seconds, scores and the ratio per assignment (one run each: the numbers
+both alike. Prints seconds, scores and the ratio per assignment, and how much of each is the verdict re-run
+outside the learner's kernel (memlab.grading.verdict) (one run each: the numbers
 depend on the machine and its load). Not a test.
 
     .venv/bin/python benchmarks/sandbox_overhead.py                  # every assignment
@@ -72,11 +73,13 @@ def main() -> None:
                                   settings=GradeSettings(workers=1, sandbox=mode, submission_timeout=900),
                                   progress=False)
                 [r] = rep.results
-                secs[mode] = (r["seconds"], r["score"], r["max_score"])
+                secs[mode] = (r["seconds"], r["score"], r["max_score"],
+                              float((r.get("timings") or {}).get("verdict") or 0))
             s, p = secs[True], secs[False]
             rows.append((a, s, p))
             print(f"{a:24s} sandboxed {s[0]:6.1f} s ({s[1]:g}/{s[2]:g})  unsandboxed {p[0]:6.1f} s "
-                  f"({p[1]:g}/{p[2]:g})  ratio {s[0] / max(p[0], 1e-9):.2f}", flush=True)
+                  f"({p[1]:g}/{p[2]:g})  ratio {s[0] / max(p[0], 1e-9):.2f}  (verdict re-run: "
+                  f"{s[3]:.1f} s / {p[3]:.1f} s of it)", flush=True)
         tot_s = sum(r[1][0] for r in rows)
         tot_p = sum(r[2][0] for r in rows)
         print(f"{'all':24s} sandboxed {tot_s:6.1f} s  unsandboxed {tot_p:6.1f} s  ratio {tot_s / max(tot_p, 1e-9):.2f}"

@@ -137,3 +137,33 @@ def test_apply_replaces_only_the_violating_cell():
     # the other answers are untouched: the solution of count_grad_bytes is still there
     other = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "count_grad_bytes")
     assert "NotImplementedError" not in "".join(other["source"])
+
+
+def test_cells_the_learner_added_are_audited_too():
+    """A code cell with no grade_id of the release (added by the learner, or a grade cell whose
+    id was invented) runs in the grading kernel like an answer cell, so it is audited like one:
+    a violating added cell is not run and is reported by position; a harmless one is left alone."""
+    import copy
+
+    rel = _release("00_setup")
+    nb = copy.deepcopy(rel)
+    hook = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+            "source": "import sys\nsys.settrace(lambda *a: None)"}
+    forged = {"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "not_in_release"}},
+              "outputs": [], "execution_count": None, "source": "ml.units = None"}
+    harmless = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                "source": "x = torch.zeros(3)\nprint(x.numel())"}
+    nb["cells"][2:2] = [hook, harmless]
+    nb["cells"].append(forged)
+    found = audit.audit_notebook(nb, rel, "00_setup")
+    assert set(found) == {"added cell 3", f"added cell {len(nb['cells'])}"}
+    assert found["added cell 3"][0].rule == "process-or-hook API"
+    reasons = audit.apply_audit(nb, rel, "00_setup")
+    assert len(reasons) == 2 and all(r.startswith("audit: added cell") for r in reasons)
+    import ast
+
+    [stmt] = ast.parse(nb["cells"][2]["source"]).body  # only the review line is left to run
+    assert isinstance(stmt, ast.Expr) and stmt.value.func.id == "print"
+    assert nb["cells"][2]["source"].startswith("print('NEEDS MANUAL REVIEW: audit: added cell 3")
+    assert nb["cells"][3]["source"] == harmless["source"]
+    assert audit.audit_notebook(nb, rel, "00_setup") == {}

@@ -26,7 +26,7 @@ from memlab.tools import envcheck
 from memlab.grading import sandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hostile.corpus import HOSTILE  # noqa: E402
+from hostile.corpus import HOSTILE, VERDICT_ONLY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = sorted({h[0] for h in HOSTILE.values()})
@@ -51,6 +51,9 @@ def _honest(release, solution):
 def _hostile(release, gid, change):
     nb = copy.deepcopy(release)
     [cell] = [c for c in nb.cells if _gid(c) == gid]
+    if isinstance(change, dict) and change.get("add_after"):  # a new cell, no nbgrader metadata
+        nb.cells.insert(nb.cells.index(cell) + 1, nbformat.v4.new_code_cell(change["source"]))
+        return nb
     if isinstance(change, str):
         cell.source = change.strip()
     else:
@@ -82,7 +85,7 @@ def _write(course: Path, dest: Path, students: list[str]) -> None:
         if student.startswith(("honest_", "blank_")):
             a = next(x for x in ASSIGNMENTS if x[:2] == student.split("_")[1])
         else:
-            a = HOSTILE[student][0]
+            a = {**HOSTILE, **VERDICT_ONLY}[student][0]
         [rel_path] = sorted((course / "notebooks" / a).glob("*.ipynb"))
         release = nbformat.read(rel_path, as_version=4)
         if student.startswith("honest_"):
@@ -90,7 +93,7 @@ def _write(course: Path, dest: Path, students: list[str]) -> None:
         elif student.startswith("blank_"):
             nb = release
         else:
-            _, gid, _, change = HOSTILE[student]
+            _, gid, _, change = {**HOSTILE, **VERDICT_ONLY}[student]
             nb = _hostile(release, gid, change)
         folder = dest / student / a
         folder.mkdir(parents=True)
@@ -128,7 +131,8 @@ def test_hostile_corpus_holds(graded):
         why = []
         if r["score"] > blank[a]:
             why.append(f"score {r['score']:g} > blank {blank[a]:g}")
-        if layer == "audit" and f"audit: {gid} line" not in r["reason"]:
+        added = isinstance(change, dict) and change.get("add_after")
+        if layer == "audit" and f"audit: {'added cell' if added else gid}" not in r["reason"]:
             why.append("no audit reason")
         if layer == "audit" and not any(x.startswith("audit:") for x in r["review"]):
             why.append("not listed for review")
@@ -186,3 +190,33 @@ def test_regrade_identical(graded):
     first, redo = rows(report.out / "submissions.csv"), rows(second.out / "submissions.csv")
     for key, row in redo.items():
         assert row == first[key], f"{key} graded differently the second time"
+
+
+@pytest.mark.slow
+def test_verdict_layer_alone(course, tmp_path):
+    """With the static audit switched off, forgeries of the kernel's report fool nbgrader's
+    in-kernel verdict; the independent re-run outside the learner's kernel
+    (memlab.grading.verdict) holds each at the blank notebook's score and says so, and the
+    honest control keeps full marks."""
+    a = "02_checkpointing"
+    _write(course, tmp_path / "class", sorted(VERDICT_ONLY) + ["honest_02", "blank_02"])
+    settings = GradeSettings(workers=2, cell_timeout=180, submission_timeout=600, memory_mb=4096,
+                             audit=False)
+    report = grade_class(tmp_path / "class", config_path=course / "autograder" / "nbgrader_config.py",
+                         out=tmp_path / "report", settings=settings, progress=False)
+    by = report.by_submission
+    honest, blank = by[("honest_02", a)], by[("blank_02", a)]
+    assert honest["score"] == honest["max_score"] > 0, honest["reason"]
+    problems = []
+    for student in sorted(VERDICT_ONLY):
+        r = by[(student, a)]
+        if r["score"] > blank["score"]:
+            problems.append(f"{student}: {r['score']:g} > blank {blank['score']:g} [{r['reason'][:300]}]")
+        elif "independent re-run" not in r["reason"]:
+            problems.append(f"{student}: the kernel was not fooled, so this entry proves nothing "
+                            f"[{r['reason'][:300]}]")
+        elif not any("independent re-run" in x for x in r["review"]):
+            problems.append(f"{student}: not listed for review")
+    print(f"\nverdict layer alone: {len(VERDICT_ONLY)} kernel forgeries, "
+          f"{len(VERDICT_ONLY) - len(problems)} held by the re-run")
+    assert not problems, "\n".join(problems)

@@ -550,21 +550,39 @@ def notebook_context(released) -> tuple[frozenset[str], dict[str, str]]:
 
 def audit_notebook(nb, released, assignment: str, policy: Policy | None = None
                    ) -> dict[str, list[Violation]]:
-    """{answer grade_id: violations} for every answer (solution) code cell of ``nb``."""
+    """{cell name: violations} for every code cell of ``nb`` whose source the learner controls:
+    the answer (solution) cells, by grade_id, and every other code cell without a grade_id of the
+    release (the release's free "try it" cells and cells the learner added), named ``added cell N`` (N: its position among the notebook's cells, from 1).
+    Cells the release locks are restored from it before grading, so they are not audited."""
     policy = policy or policy_for(assignment)
     names, aliases = notebook_context(released)
+    rel_ids = {_meta(c).get("grade_id") for c in released.get("cells", []) if _meta(c).get("grade_id")}
     answer_ids = {_meta(c).get("grade_id") for c in released.get("cells", [])
                   if _meta(c).get("solution")}
+    # Names bound by the release's free cells (code cells without a grade_id, which the learner
+    # may edit): a learner's copy of such a cell may rebind them.
+    free_names, _ = notebook_context({"cells": [c for c in released.get("cells", [])
+                                                if not _meta(c).get("grade_id")]})
     found: dict[str, list[Violation]] = {}
-    for cell in nb.get("cells", []):
+    for i, cell in enumerate(nb.get("cells", []), start=1):
         gid = _meta(cell).get("grade_id")
-        if cell.get("cell_type") != "code" or gid not in answer_ids:
+        if cell.get("cell_type") != "code":
             continue
-        v = audit_source(_src(cell), gid, policy, notebook_names=names - {gid},
-                         preset_aliases=aliases)
+        if gid in answer_ids:
+            name, own = gid, names - {gid}
+        elif gid is None or gid not in rel_ids:
+            name, own = added_cell_name(i), names - free_names
+        else:
+            continue
+        v = audit_source(_src(cell), name, policy, notebook_names=own, preset_aliases=aliases)
         if v:
-            found[gid] = v
+            found[name] = v
     return found
+
+
+def added_cell_name(position: int) -> str:
+    """How the audit names a code cell the learner added (position among all cells, from 1)."""
+    return f"added cell {position}"
 
 
 def apply_audit(nb, released, assignment: str, policy: Policy | None = None) -> list[str]:
@@ -580,17 +598,21 @@ def apply_audit(nb, released, assignment: str, policy: Policy | None = None) -> 
     stubs = {_meta(c).get("grade_id"): _src(c) for c in released.get("cells", [])
              if _meta(c).get("solution")}
     reasons = []
-    for cell in nb.get("cells", []):
+    for i, cell in enumerate(nb.get("cells", []), start=1):
         gid = _meta(cell).get("grade_id")
-        if gid not in found:
+        name = gid if gid in found else added_cell_name(i)
+        if cell.get("cell_type") != "code" or name not in found:
             continue
-        first = found[gid][0]
-        more = f" (+{len(found[gid]) - 1} more)" if len(found[gid]) > 1 else ""
+        first = found[name][0]
+        more = f" (+{len(found[name]) - 1} more)" if len(found[name]) > 1 else ""
         why = f"audit: {first}{more}"
-        cell["source"] = (f"print({REVIEW_PREFIX + ' ' + why!r})\n"
-                          + stubs.get(gid, "raise NotImplementedError()"))
         cell["outputs"] = []
-        reasons.append(f"{why}: answer cell not run, its tests score 0 pending review")
+        if gid in stubs:
+            cell["source"] = (f"print({REVIEW_PREFIX + ' ' + why!r})\n" + stubs[gid])
+            reasons.append(f"{why}: answer cell not run, its tests score 0 pending review")
+        else:  # a cell the learner added: not run; the whole notebook waits for review
+            cell["source"] = f"print({REVIEW_PREFIX + ' ' + why!r})\n"
+            reasons.append(f"{why}: added cell not run; the notebook's scores need review")
     return reasons
 
 

@@ -40,7 +40,10 @@ Security (issue 19; autograder/README.md, Security): the default checks include
 replaced by its released stub before anything runs; ``audit=False`` / ``--no-audit`` drops it);
 with ``sandbox=True`` (default) and bubblewrap usable, every kernel runs under
 :class:`memlab.grading.sandbox.SandboxKernelManager` (no warm fork for it); otherwise the report
-says ``unsandboxed`` with a loud warning. The grader retries a merge while the gradebook is
+says ``unsandboxed`` with a loud warning. With ``verdict=True`` (default; ``--no-verdict``)
+every notebook is re-run in a fresh sandboxed process that is not a Jupyter kernel
+(:mod:`memlab.grading.verdict`) and each test cell keeps the lower of nbgrader's score and the
+re-run's, so a kernel that forges its own report gains nothing. The grader retries a merge while the gradebook is
 locked and runs SQLite's integrity check after the batch (summary.md, summary.json).
 
 Resumable: every merged result is appended to ``<out>/ledger.jsonl``; a rerun with the same
@@ -95,6 +98,8 @@ class GradeSettings:
                                f"{__name__}:audit_check")
     sandbox: bool = True               # bubblewrap per kernel where usable (memlab.grading.sandbox)
     audit: bool = True                 # static audit of answer cells (drops audit_check when False)
+    verdict: bool = True               # re-run the tests outside the learner's kernel, lower score
+    #                                    counts (memlab.grading.verdict)
     config_overrides: dict = field(default_factory=dict)  # hook: nbgrader config per job,
     #                                  {"Section": {"trait": value}}, applied after the course's
     resume: bool = True                # skip submissions already in <out>/ledger.jsonl
@@ -485,7 +490,7 @@ def make_job(student: str, assignment: str, files: dict[str, bytes], course: Any
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    h.update(json.dumps({k: settings.get(k) for k in ("cell_timeout", "memory_mb", "checks", "kernelspec", "sandbox",
+    h.update(json.dumps({k: settings.get(k) for k in ("cell_timeout", "memory_mb", "checks", "kernelspec", "sandbox", "verdict",
                                                       "config_overrides")},
                         sort_keys=True, default=str).encode())
     return {"student": student, "assignment": assignment, "files": files, "course": course,
@@ -496,6 +501,7 @@ def _job_settings(settings: GradeSettings, threads: int) -> dict:
     return {"cell_timeout": int(settings.cell_timeout), "submission_timeout": int(settings.submission_timeout),
             "memory_mb": int(settings.memory_mb), "threads": int(threads), "warm": bool(settings.warm),
             "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
+            "verdict": bool(settings.verdict),
             "checks": [c for c in settings.checks if settings.audit or c != AUDIT_CHECK],
             "config_overrides": copy.deepcopy(settings.config_overrides)}
 
@@ -1005,6 +1011,10 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
                 grades.setdefault(snb.name, {})[g.name] = [
                     None if auto is None else float(auto), float(g.max_score),
                     bool(g.needs_manual_grade) if status == "ok" else False]
+    if status == "ok" and s.get("verdict", True) and sub is not None:
+        t_v = time.monotonic()
+        reasons += _verdicts(job, cd, dest, jobdir, grades, s, time.monotonic() - t0)
+        timings["verdict"] = round(time.monotonic() - t_v, 2)
     scans, files = {}, {}
     if status == "ok":
         for nb_path in sorted(autograded.glob("*.ipynb")):
@@ -1017,6 +1027,41 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
     return {"student": student, "assignment": assignment, "status": status, "reasons": reasons,
             "grades": grades, "penalties": penalties, "scans": scans, "files": files,
             "timings": timings, "seconds": round(time.monotonic() - t0, 2)}
+
+
+def _verdicts(job: dict, cd, dest: Path, jobdir: Path, grades: dict, s: dict, spent: float) -> list[str]:
+    """Re-run every notebook's tests outside the learner's kernel (:mod:`.verdict`) and lower
+    ``grades`` to what the re-run scores; return the reasons."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from . import verdict
+
+    reasons: list[str] = []
+    wall = max(60.0, float(s.get("submission_timeout") or 900) - spent)
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        sources = {}
+        for name in job["course"]["notebooks"]:
+            try:
+                nbm = gb.find_notebook(name, job["assignment"])
+            except MissingEntry:
+                continue
+            answers = {c.name for c in nbm.solution_cells}
+            trusted = {c.name: c.source for c in nbm.source_cells if c.locked and c.cell_type == "code"}
+            points = {c.name: float(c.max_score) for c in nbm.grade_cells
+                      if c.cell_type == "code" and c.name not in answers}
+            sources[name] = (trusted, points)
+    for name, (trusted, points) in sources.items():
+        path = dest / f"{name}.ipynb"
+        if not points or name not in grades:
+            continue
+        if not path.is_file():  # missing notebook: nbgrader already scored it 0
+            continue
+        found, problem = verdict.rerun(path, dest, jobdir / "verdict" / name, trusted, points,
+                                       sandboxed=sandbox_state(s)[0], wall_seconds=wall,
+                                       cell_timeout=float(s.get("cell_timeout") or 300),
+                                       memory_mb=int(s.get("memory_mb") or 0))
+        reasons += verdict.combine(grades[name], found, problem, points, name)
+    return reasons
 
 
 # --------------------------------------------------------------- the grader's side
@@ -1068,7 +1113,7 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     parts = list(result["reasons"])
     review = [r for r in result["reasons"] if "edited" in r or "scores 0" in r or "renamed" in r
               or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r
-              or "gradebook" in r or r.startswith("audit:")]
+              or "gradebook" in r or r.startswith("audit:") or "independent re-run" in r]
     for nb, scan in sorted(result.get("scans", {}).items()):
         parts += scan["events"]
         for gid, t in sorted(scan["tests"].items()):

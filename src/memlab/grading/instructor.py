@@ -76,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="run kernels without bubblewrap (UNSAFE: learner code gets your rights)")
     p.add_argument("--no-audit", action="store_true",
                    help="skip the static audit of answer cells (memlab.grading.audit)")
+    p.add_argument("--no-verdict", action="store_true",
+                   help="trust nbgrader's in-kernel verdicts (skip the re-run outside the "
+                        "learner's kernel, memlab.grading.verdict)")
     args = parser.parse_args(argv)
 
     try:
@@ -104,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      students=tuple(args.student or ()),
                                      assignments=tuple(args.assignment or ()),
                                      resume=not args.no_resume, warm=not args.cold,
-                                     sandbox=not args.no_sandbox, audit=not args.no_audit)
+                                     sandbox=not args.no_sandbox, audit=not args.no_audit,
+                                     verdict=not args.no_verdict)
             report = grade_class(args.submissions, config_path=args.config, out=args.out,
                                  settings=settings, progress=not args.quiet)
             n = report.graded

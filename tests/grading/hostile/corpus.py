@@ -131,3 +131,27 @@ HOSTILE = {
                                {"checksum": "0" * 32, "locked": False, "points": 0,
                                 "source": "print('ok')"}),
 }
+
+# Learner code in a cell the learner ADDED (no grade_id): audited like an answer cell.
+ADDED_CELLS = {
+    "h04_added_cell_hook": ("04_accumulation", "accumulate_gradients", "audit",
+                            {"add_after": True, "source": "import sys\nsys.settrace(lambda *a: None)"}),
+    "h07_added_cell_grader": ("07_interview_prep", "answer_q1", "audit",
+                              {"add_after": True, "source": "ml.rubric.grade_text = lambda *a, **k: 1.0"}),
+}
+HOSTILE.update(ADDED_CELLS)
+
+# Forgeries of the kernel's report about its own test cells, graded with the static audit OFF
+# (tests/grading/test_hostile.py::test_verdict_layer_alone): nbgrader's in-kernel verdict is
+# fooled, the independent re-run outside the learner's kernel (memlab.grading.verdict), which
+# has no IPython shell, display hook or kernel session to hook, is not.
+VERDICT_ONLY = {
+    "v02_transform_cell": ("02_checkpointing", "predict_ratio", "verdict",
+                           "from IPython.core.interactiveshell import InteractiveShell\n"
+                           "InteractiveShell.transform_cell = lambda self, cell: 'pass'"),
+    "v02_input_transformer": ("02_checkpointing", "choose_segments", "verdict",
+                              "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])"),
+    "v02_displayhook": ("02_checkpointing", "choose_segments", "verdict",
+                        "def choose_segments(*a, **k):\n    get_ipython().displayhook(1)\n"
+                        "    raise NotImplementedError('not written yet')"),
+}
