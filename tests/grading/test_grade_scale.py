@@ -263,3 +263,44 @@ def test_dask_executor_sends_each_assignment_its_own_course_files(monkeypatch):
                                                               ("00_x", "00_x")]
         finally:
             ex.close()
+
+
+@pytest.mark.slow
+def test_zygote_dies_with_its_parent_even_when_a_sibling_holds_its_pipe():
+    """A killed grader leaves no warm zygote behind grading on its own, even when a process it
+    forked (a pool worker, here a sleeper) still holds the write end of the zygote's stdin."""
+    import signal
+    import subprocess
+    import time
+
+    code = ("import os, sys, time\n"
+            "from memlab.grading import grade_class as g\n"
+            "g.warm_up()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n    time.sleep(120)\n    os._exit(0)\n"
+            "print(g._ZYGOTE.pid, pid, flush=True)\n"
+            "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    zygote, sibling = map(int, parent.stdout.readline().split())
+    try:
+        parent.kill()
+        parent.wait()
+
+        def alive(pid):
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    return "\nState:\tZ" not in fh.read()
+            except FileNotFoundError:
+                return False
+
+        assert alive(sibling)  # the sibling still holds the pipe: EOF never comes
+        deadline = time.monotonic() + 20
+        while alive(zygote) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(zygote), "the zygote outlived its parent"
+    finally:
+        for pid in (zygote, sibling):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -705,9 +705,32 @@ def _preload() -> None:
                 pass
 
 
+def _lines_while_parent_lives(fd: int, poll_s: float = 1.0):
+    """Lines read from ``fd`` until EOF, or until this process's parent is gone (reparented):
+    EOF alone is not enough, because a forked sibling may still hold the pipe's write end."""
+    import select
+
+    parent = os.getppid()
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            ready, _, _ = select.select([fd], [], [], poll_s)
+            if not ready:
+                if os.getppid() != parent:
+                    return
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            buf += chunk
+        line, buf = buf.split(b"\n", 1)
+        yield line.decode("utf-8", "replace")
+
+
 def _zygote_main() -> None:
     """Warm image: imports once, then forks one grading child per job directory read on stdin
-    (replies with the child's pid). Exits when its parent closes stdin (the parent died)."""
+    (replies with the child's pid). Exits when its parent closes stdin or dies; its children
+    (PR_SET_PDEATHSIG) and their kernels die with it."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
@@ -715,7 +738,7 @@ def _zygote_main() -> None:
     _preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     proto.write("ready\n")
-    for line in sys.stdin:
+    for line in _lines_while_parent_lives(0):
         parts = line.rstrip("\n").split("\t")
         if len(parts) != 3:
             continue
