@@ -78,7 +78,7 @@ def main() -> None:
             s, p = secs[True], secs[False]
             rows.append((a, s, p))
             print(f"{a:24s} sandboxed {s[0]:6.1f} s ({s[1]:g}/{s[2]:g})  unsandboxed {p[0]:6.1f} s "
-                  f"({p[1]:g}/{p[2]:g})  ratio {s[0] / max(p[0], 1e-9):.2f}  (verdict re-run: "
+                  f"({p[1]:g}/{p[2]:g})  ratio {s[0] / max(p[0], 1e-9):.2f}  (verdict re-run, beside the kernel: "
                   f"{s[3]:.1f} s / {p[3]:.1f} s of it)", flush=True)
         tot_s = sum(r[1][0] for r in rows)
         tot_p = sum(r[2][0] for r in rows)

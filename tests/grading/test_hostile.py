@@ -1,5 +1,6 @@
 """Issue 19: a hostile corpus of 01-07 (tests/hostile/corpus.py) graded in ONE grade-class batch
-next to honest controls (every assignment's solution, and its blank release).
+next to honest controls (every assignment's solution, and its blank release: they also prove
+that the verdict re-run outside the learner's kernel leaves a correct solution its full marks).
 
 Each hostile submission gets at most what the blank notebook of its assignment gets, and is
 held by the layer it names (the audit's reason, the sandbox's empty view, or metadata repaired
@@ -29,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hostile.corpus import HOSTILE, VERDICT_ONLY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENTS = sorted({h[0] for h in HOSTILE.values()})
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
+                     if p.is_dir() and p.name[:2].isdigit())  # controls: every assignment
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 

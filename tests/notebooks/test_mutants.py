@@ -114,9 +114,13 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
     # default: the cores shared among pytest-xdist's workers (each may grade another assignment)
     workers = int(os.environ.get("MEMLAB_MUTANT_WORKERS", "0")) or max(
         1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    # verdict=False: this corpus proves the hidden tests (what they catch and what they say);
+    # the re-run outside the learner's kernel only ever lowers a score, and is proven on every
+    # assignment's solution by tests/grading/test_hostile.py. It would double this batch's time.
+    settings = grade_class.GradeSettings(workers=workers, verdict=False)
     t0 = time.monotonic()
     results = {r["student"]: r for r in grade_class.grade_class(
-        subs, config_path=config, out=base / "report", settings=grade_class.GradeSettings(workers=workers),
+        subs, config_path=config, out=base / "report", settings=settings,
         progress=False).results}
     died = sorted(st for st, r in results.items() if r["status"] != "ok")
     if died:
@@ -125,7 +129,7 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
             shutil.copytree(subs / st, again / st)
         results.update({r["student"]: r for r in grade_class.grade_class(
             again, config_path=config, out=base / "report-regrade",
-            settings=grade_class.GradeSettings(workers=workers), progress=False).results})
+            settings=settings, progress=False).results})
         print(f"\n{assignment}: regraded {died} once (grading failed: "
               f"{[results[st].get('reasons') for st in died]})")
     graded = Graded(assignment, time.monotonic() - t0)

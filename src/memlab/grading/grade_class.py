@@ -997,6 +997,7 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
     before = _db_fingerprint(db_path)
     status = "ok"
     timings = {"setup": round(time.monotonic() - t0, 2)}
+    reruns = _VerdictRuns(job, cd, dest, jobdir, s, time.monotonic() - t0) if s.get("verdict", True) else None
     result = api.autograde(assignment, student, force=True, create=True)
     timings["autograde"] = round(time.monotonic() - t0 - timings["setup"], 2)
     timings["kernels_warm"] = _WarmKernels.launched["warm"]
@@ -1034,10 +1035,13 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
                 grades.setdefault(snb.name, {})[g.name] = [
                     None if auto is None else float(auto), float(g.max_score),
                     bool(g.needs_manual_grade) if status == "ok" else False]
-    if status == "ok" and s.get("verdict", True) and sub is not None:
+    if reruns is not None:
         t_v = time.monotonic()
-        reasons += _verdicts(job, cd, dest, jobdir, grades, s, time.monotonic() - t0)
-        timings["verdict"] = round(time.monotonic() - t_v, 2)
+        lowered = reruns.finish(grades)  # waits for the re-runs (they ran beside autograde)
+        if status == "ok" and sub is not None:
+            reasons += lowered
+        timings["verdict_wait"] = round(time.monotonic() - t_v, 2)
+        timings["verdict"] = round(time.monotonic() - reruns.t0, 2)
     scans, files = {}, {}
     if status == "ok":
         for nb_path in sorted(autograded.glob("*.ipynb")):
@@ -1052,39 +1056,63 @@ def _grade_in_child(job: dict, jobdir: Path) -> dict:
             "timings": timings, "seconds": round(time.monotonic() - t0, 2)}
 
 
-def _verdicts(job: dict, cd, dest: Path, jobdir: Path, grades: dict, s: dict, spent: float) -> list[str]:
-    """Re-run every notebook's tests outside the learner's kernel (:mod:`.verdict`) and lower
-    ``grades`` to what the re-run scores; return the reasons."""
-    from nbgrader.api import Gradebook, MissingEntry
+class _VerdictRuns:
+    """The re-runs outside the learner's kernel (:mod:`.verdict`) of one job's notebooks, one
+    thread each, started before nbgrader's autograde so that both run at the same time (they
+    share nothing: each starts from the submitted files, in its own folder)."""
 
-    from . import verdict
+    def __init__(self, job: dict, cd, dest: Path, jobdir: Path, s: dict, spent: float):
+        import threading
 
-    reasons: list[str] = []
-    wall = max(60.0, float(s.get("submission_timeout") or 900) - spent)
-    with Gradebook(cd.db_url, cd.course_id) as gb:
-        sources = {}
-        for name in job["course"]["notebooks"]:
-            try:
-                nbm = gb.find_notebook(name, job["assignment"])
-            except MissingEntry:
-                continue
-            answers = {c.name for c in nbm.solution_cells}
-            trusted = {c.name: c.source for c in nbm.source_cells if c.locked and c.cell_type == "code"}
-            points = {c.name: float(c.max_score) for c in nbm.grade_cells
-                      if c.cell_type == "code" and c.name not in answers}
-            sources[name] = (trusted, points)
-    for name, (trusted, points) in sources.items():
-        path = dest / f"{name}.ipynb"
-        if not points or name not in grades:
-            continue
-        if not path.is_file():  # missing notebook: nbgrader already scored it 0
-            continue
-        found, problem = verdict.rerun(path, dest, jobdir / "verdict" / name, trusted, points,
-                                       sandboxed=sandbox_state(s)[0], wall_seconds=wall,
-                                       cell_timeout=float(s.get("cell_timeout") or 300),
-                                       memory_mb=int(s.get("memory_mb") or 0))
-        reasons += verdict.combine(grades[name], found, problem, points, name)
-    return reasons
+        from nbgrader.api import Gradebook, MissingEntry
+
+        self.t0 = time.monotonic()
+        self.sources: dict[str, tuple[dict, dict]] = {}
+        self.found: dict[str, tuple[dict, str]] = {}
+        with Gradebook(cd.db_url, cd.course_id) as gb:
+            for name in job["course"]["notebooks"]:
+                try:
+                    nbm = gb.find_notebook(name, job["assignment"])
+                except MissingEntry:
+                    continue
+                answers = {c.name for c in nbm.solution_cells}
+                trusted = {c.name: c.source for c in nbm.source_cells
+                           if c.locked and c.cell_type == "code"}
+                points = {c.name: float(c.max_score) for c in nbm.grade_cells
+                          if c.cell_type == "code" and c.name not in answers}
+                if points and (dest / f"{name}.ipynb").is_file():
+                    self.sources[name] = (trusted, points)
+        wall = max(60.0, float(s.get("submission_timeout") or 900) - spent)
+        self.threads = [threading.Thread(target=self._run, daemon=True, name=f"verdict-{name}",
+                                         args=(name, dest, jobdir, s, wall))
+                        for name in self.sources]
+        for th in self.threads:
+            th.start()
+
+    def _run(self, name: str, dest: Path, jobdir: Path, s: dict, wall: float) -> None:
+        from . import verdict
+
+        trusted, points = self.sources[name]
+        try:
+            self.found[name] = verdict.rerun(
+                dest / f"{name}.ipynb", dest, jobdir / "verdict" / name, trusted, points,
+                sandboxed=sandbox_state(s)[0], wall_seconds=wall,
+                cell_timeout=float(s.get("cell_timeout") or 300), memory_mb=int(s.get("memory_mb") or 0))
+        except Exception as exc:  # the grader's own failure: no verdict, said so
+            self.found[name] = ({}, f"the re-run could not run ({type(exc).__name__}: {exc})")
+
+    def finish(self, grades: dict) -> list[str]:
+        """Wait for the re-runs; lower ``grades`` to their verdicts; return the reasons."""
+        from . import verdict
+
+        for th in self.threads:
+            th.join()
+        reasons: list[str] = []
+        for name, (trusted, points) in self.sources.items():
+            if name in grades:
+                found, problem = self.found.get(name, ({}, "the re-run gave no verdict"))
+                reasons += verdict.combine(grades[name], found, problem, points, name)
+        return reasons
 
 
 # --------------------------------------------------------------- the grader's side
