@@ -143,9 +143,11 @@ def test_cell_timeout_and_wall_limit(tmp_path):
     """A cell past the cell limit is interrupted (its test after it still runs); a process past
     the wall limit is killed from outside, and the tests it never reached have no verdict."""
     cells = [_answer("a", "import time\nwhile True:\n    time.sleep(0.05)"), _test("t1", "pass"),
-             _answer("b", "import time\ntime.sleep(600)"), _test("t2", "pass")]
+             _answer("b", "import time\ntime.sleep(600)"), _test("t2", "pass"),
+             _answer("c", "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n"
+                          "    except Exception:\n        pass"), _test("t3", "pass")]
     found, problem = _run(tmp_path, cells, cell_timeout=1.0, wall=120.0)
-    assert _scores(found) == {"t1": 1, "t2": 1} and problem == ""
+    assert _scores(found) == {"t1": 1, "t2": 1, "t3": 1} and problem == ""  # c cannot swallow it
     cells = [_answer("a", "x = 0\nwhile True:\n    x += 1"), _test("t1", "pass")]
     found, problem = _run(tmp_path / "wall", cells, cell_timeout=600.0, wall=10.0)
     assert found == {} and "SIGKILL" in problem, problem

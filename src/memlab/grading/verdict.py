@@ -275,14 +275,19 @@ def score(max_points: float, error: str, stderr: str, value: Any) -> tuple[float
 
 
 class _Capture:
-    """A text stream for sys.stdout / sys.stderr during one cell."""
+    """A text stream for sys.stdout / sys.stderr during one cell (keeps the first 64 KiB)."""
+
+    LIMIT = 64 * 1024
 
     def __init__(self):
         self.parts: list[str] = []
+        self.size = 0
 
     def write(self, s) -> int:
         s = str(s)
-        self.parts.append(s)
+        if self.size < self.LIMIT:
+            self.parts.append(s[: self.LIMIT - self.size])
+        self.size += len(s)
         return len(s)
 
     def flush(self) -> None:
@@ -358,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.modules["__main__"] = main_mod
     ns = main_mod.__dict__
 
-    class _CellTimeout(Exception):
+    class _CellTimeout(BaseException):  # not an Exception: `except Exception` cannot keep it
         pass
 
     def _alarm(signum, frame):
@@ -377,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout, sys.stderr = out, err
         error, value = "", None
         try:
-            signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+            # re-raised every second after the limit, should the cell swallow the first one
+            signal.setitimer(signal.ITIMER_REAL, cell_timeout, 1.0)
             tree = ast.parse(source, filename=f"<cell {cell.get('grade_id') or kind}>")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -393,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
             os.dup2(saved, 2)
             os.close(saved)
         fd_err.seek(0)
-        c_err = fd_err.read().decode("utf-8", "replace")
+        c_err = fd_err.read(_Capture.LIMIT).decode("utf-8", "replace")
         fd_err.close()
         if kind == "test":
             s, why = score(float(cell["points"]), error, err.text() + c_err, value)
