@@ -62,6 +62,7 @@ HOSTILE = [
     ("07_interview_prep", "answer_q1", "ml.rubric.grade_text = lambda *a, **k: 1.0\nanswer_q1 = 'x'", "monkeypatch"),
     ("09_serving_memory", "kv_cache_bytes", "def kv_cache_bytes(layers, kv_heads, head_dim, seq, batch, dtype):\n    return ml.calculator.estimate(layers=layers, heads=kv_heads, hidden=kv_heads * head_dim, seq_len=seq, batch=batch, precision='bf16', serving=True)['kv cache']", "forbidden helper"),
     ("09_serving_memory", "max_batch", "from memlab.calculator import estimate as e\ndef max_batch(budget_bytes, cfg, context, weight_bytes=2, kv_bytes=2, act_bytes_per_seq=0):\n    return 1", "forbidden helper"),
+    ("09_serving_memory", "max_batch", "import memlab.lessons.calculator as c\nf = c.estimate", "forbidden helper"),
     ("07_interview_prep", "answer_q1", "import memlab.rubric as r\nr.grade_numeric = None", "monkeypatch"),
     ("07_interview_prep", "answer_q2", "answer_q2 = globals().get('expected')", "dynamic code"),
     ("07_interview_prep", "answer_q3", "answer_q3 = vars()['_expected']", "dynamic code"),
