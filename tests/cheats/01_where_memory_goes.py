@@ -67,7 +67,7 @@ def predict_training_bytes(config):
     precision = "fp32" if config["dtype"] == torch.float32 else "bf16"
     result = memlab.calculator.estimate({k: v for k, v in config.items() if k != "dtype"},
                                         precision=precision, dropout=False, attention="eager")
-    return {k: v for k, v in result.items() if k != "total"}
+    return {k: v for k, v in result.items() if k not in ("total", "kv cache")}
 '''),
     # A keyword list instead of an answer: the rubric must give it nothing.
     "keyword_answer": dict(notebook="01_where_memory_goes", grade_id="answer_peak", expect={

@@ -29,6 +29,14 @@ answer_q6 = _AlwaysEqual(1.0)
     # Ticking every box of a multiple-choice question (2 right of 6): wrong picks cancel.
     "every_box": dict(notebook="07_interview_prep", grade_id="answer_q4", expect={"test_q4": 0},
                       source='answer_q4 = ["a", "b", "c", "d", "e", "f"]'),
+    # Ticking every box of Q30 (3 right of 6): the three wrong picks cancel the three right ones.
+    "every_box_q30": dict(notebook="07_interview_prep", grade_id="answer_q30", expect={"test_q30": 0},
+                          source='answer_q30 = "a, b, c, d, e, f"'),
+    # A KV-cache answer made of the rubric's keywords.
+    "kv_keyword_list": dict(notebook="07_interview_prep", grade_id="answer_q33", expect={"test_q33": 0},
+                            source='answer_q33 = ("KV cache, keys, values, past tokens, recompute, new '
+                                   'token, linear, sequence, batch, exceeds weights, GQA, shared kv '
+                                   'heads, heads/kv_heads, paged attention, 8-bit")'),
     # The question copied as the answer.
     "copied_question": dict(notebook="07_interview_prep", grade_id="answer_q9", expect={"test_q9": 0},
                             source='answer_q9 = ("Why does gradient checkpointing reduce memory at '

@@ -743,6 +743,64 @@ SHARD = {
     ],
 }
 
+KV = {
+    "strong": [
+        "Every new token attends to all earlier ones, so without a cache each step would rerun the "
+        "whole prefix. The cache keeps each layer's keys and values of the tokens already seen, and "
+        "a decode step computes only the new token. The cost is memory that grows linearly with "
+        "every token and every sequence in the batch; at long contexts it exceeds the weights and "
+        "limits the batch. Grouped-query attention lets several query heads share one key/value "
+        "head, so the cache is heads/kv_heads times smaller.",
+
+        "Storing the keys and values of past positions means the prefix is never recomputed: each "
+        "step only processes the newest token. In exchange the cache grows with the sequence length "
+        "and the batch, and for long chats it is bigger than the model weights, which limits how "
+        "many requests fit. With GQA the query heads share fewer key/value heads, dividing the "
+        "cache by the group size; MQA keeps a single key/value head.",
+    ],
+    "partial": [
+        "The KV cache stores the keys and values of earlier tokens so that the model does not "
+        "recompute them at every step, which makes generation much faster.",
+        "It costs memory that grows linearly with the sequence length and the batch size, and for "
+        "long contexts it can become bigger than the weights.",
+    ],
+    "wrong": [
+        "The KV cache stores the model weights on the GPU so they do not have to be loaded again "
+        "for every token, and GQA reduces memory by using fewer query heads.",
+        "A KV cache saves memory: it keeps a compressed copy of the activations, so generation "
+        "uses less memory.",
+        "The cache stores the gradients of the attention layers for the backward pass; it grows "
+        "quadratically with the sequence length.",
+    ],
+    "stuffed": [
+        "KV cache, keys, values, past tokens, recompute, new token, linear, sequence, batch, weights, "
+        "GQA, kv heads, share, heads/kv_heads, paged, vLLM",
+        "cache cache cache keys keys values values tokens tokens heads heads memory memory",
+    ],
+    "offtopic": [
+        "I would fine-tune the model with LoRA and a learning rate of 2e-4 on a single GPU.",
+        "Tokenizers split text into subword units with byte-pair encoding.",
+    ],
+    "copied": [
+        "Why does a KV cache make text generation faster, what does it cost in memory, and how "
+        "does grouped-query attention reduce that cost?",
+        "A KV cache makes text generation faster, it costs memory, and grouped-query attention "
+        "reduces that cost.",
+    ],
+    "misconception": [
+        ("The cache keeps the keys and values of past tokens, so each step only computes the new "
+         "token, and its memory grows linearly with every token of every sequence.",
+         "The cache keeps the keys and values of past tokens, so each step only computes the new "
+         "token, and its memory grows linearly with every token of every sequence. The cache also "
+         "stores the model weights."),
+        ("Grouped-query attention lets several query heads share one key/value head, so the cache "
+         "is heads/kv_heads times smaller, and it keeps the keys and values of earlier tokens.",
+         "Grouped-query attention lets several query heads share one key/value head, so the cache "
+         "is heads/kv_heads times smaller, and it keeps the keys and values of earlier tokens. "
+         "The KV cache saves memory."),
+    ],
+}
+
 LABELLED = {
     "oom_before_batch": OOM,
     "checkpointing_cost": CKPT,
@@ -751,6 +809,7 @@ LABELLED = {
     "activations_scaling": ACTS,
     "allocated_vs_reserved": ALLOC,
     "sharding_when_why": SHARD,
+    "kv_cache_tradeoff": KV,
 }
 
 

@@ -244,3 +244,104 @@ def test_impossible_shape_is_refused_with_a_message():
     assert w.result is before, "the last valid estimate stays"
     w.controls["heads"].value = 16
     assert "No such model" not in w.summary.value and w.config["heads"] == 16
+
+
+# ------------------------------------------------------------------ serving: the KV cache row
+from memlab.lessons import serving as sv  # noqa: E402  (tests may import across lessons)
+from memlab.measure.tracker import storage_bytes  # noqa: E402
+
+SERVING_CASES = [
+    # hidden heads kv_heads layers context batch dtype
+    (64, 4, None, 2, 24, 3, torch.float32),
+    (64, 4, 2, 2, 17, 2, torch.float32),
+    (96, 6, 1, 3, 33, 1, torch.bfloat16),
+    (128, 8, 4, 1, 40, 4, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("case", SERVING_CASES, ids=lambda c: f"h{c[0]}-a{c[1]}-g{c[2]}-{c[6]}")
+def test_serving_estimate_matches_a_measured_tiny_decoder(case):
+    """The KV cache row and the weights against ml.serving.TinyDecoder (GQA, a real cache):
+    the cache after a prefill of ``context`` tokens, and the cache of one measured decode step
+    (ml.serving.decode_peak grows it to ``context``), to the byte."""
+    hidden, heads, kv_heads, layers, context, batch, dtype = case
+    torch.manual_seed(0)
+    model = sv.TinyDecoder(vocab=200, hidden=hidden, heads=heads, kv_heads=kv_heads or heads,
+                           layers=layers, max_seq=64).to(dtype).eval()
+    est = calc.estimate(serving=True, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                        vocab=200, max_seq=64, seq_len=context, batch=batch,
+                        precision="fp32" if dtype == torch.float32 else "bf16")
+    with torch.no_grad():
+        _, caches = model(torch.randint(0, 200, (context, batch)))
+    assert sv.cache_bytes(caches) == est["kv cache"]
+    assert storage_bytes(model.parameters()) == est["parameters"]
+    assert est["gradients"] == est["optimizer state"] == est["activations"] == 0
+    assert est["total"] == est["parameters"] + est["kv cache"]
+    peak = sv.decode_peak(model, batch, context)
+    assert peak.cache == est["kv cache"] and peak.weights == est["parameters"]
+    # the formula of 09 (and of the issue), written out
+    d = hidden // heads
+    assert est["kv cache"] == 2 * layers * (kv_heads or heads) * d * context * batch * dtype.itemsize
+
+
+def test_serving_worked_examples_and_the_gqa_lever():
+    """REFERENCE.md: Llama-2-7B (32 layers, 32 kv heads of 128), 2048 tokens, fp16: 1 GiB.
+    Llama-2-70B's layout (80 layers, 64 heads, 8 kv heads): 8x less than with 64 kv heads."""
+    llama7 = dict(layers=32, hidden=4096, heads=32, vocab=32000, seq_len=2048, batch=1,
+                  precision="bf16", serving=True)
+    assert calc.estimate(llama7)["kv cache"] == 2**30
+    assert calc.estimate(llama7, seq_len=4096, batch=8)["kv cache"] == 16 * 2**30
+    llama70 = dict(layers=80, hidden=8192, heads=64, seq_len=4096, batch=16, precision="mixed-hf",
+                   serving=True)
+    gqa, mha = calc.estimate(llama70, kv_heads=8), calc.estimate(llama70)
+    assert gqa["kv cache"] == 20 * 2**30 and mha["kv cache"] == 8 * gqa["kv cache"]
+    assert gqa["parameters"] < mha["parameters"]      # smaller K and V projections
+    assert calc.estimate(llama70, kv_heads=64) == mha  # kv_heads == heads is multi-head
+    # serving counts no training consumer; training counts no cache
+    train = calc.estimate(layers=32, hidden=4096, heads=32)
+    assert train["kv cache"] == 0 and train["total"] == sum(train[k] for k in calc.CONSUMERS)
+
+
+def test_kv_heads_changes_only_the_k_and_v_projections():
+    torch.manual_seed(0)
+    for heads, kv_heads in ((4, 4), (4, 2), (8, 1)):
+        model = sv.TinyDecoder(vocab=100, hidden=64, heads=heads, kv_heads=kv_heads, layers=2,
+                               max_seq=50)
+        got = calc.params_from_shape(vocab=100, hidden=64, heads=heads, kv_heads=kv_heads,
+                                     layers=2, seq_len=20, max_seq=50)
+        assert got == sum(p.numel() for p in model.parameters())
+
+
+def test_impossible_kv_heads_are_refused_with_a_message():
+    with pytest.raises(ValueError, match=r"kv_heads=3 does not divide heads=32.*1, 2, 4, 8, 16, 32"):
+        calc.estimate(kv_heads=3, serving=True)
+    with pytest.raises(ValueError, match="kv_heads must be a positive int or None"):
+        calc.estimate(kv_heads=0)
+    with pytest.raises(ValueError, match="kv_heads must be a positive int or None"):
+        calc.estimate(kv_heads=2.0)
+    with pytest.raises(ValueError, match="serving must be True or False"):
+        calc.estimate(serving="yes")
+    with pytest.raises(ValueError, match="heads=10 does not divide hidden=768"):
+        calc.estimate(hidden=768, heads=10, serving=True)
+
+
+def test_widget_serving_mode_and_kv_heads():
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("matplotlib")
+    w = calc.calculator_widget(layers=4, hidden=256, heads=8, vocab=1000, seq_len=128, batch=2,
+                               precision="bf16")
+    assert w.result["kv cache"] == 0
+    w.controls["serving"].value = True
+    want = calc.estimate(layers=4, hidden=256, heads=8, vocab=1000, seq_len=128, batch=2,
+                         precision="bf16", serving=True)
+    assert w.result == want and want["kv cache"] == 2 * 4 * 8 * 32 * 128 * 2 * 2
+    assert "kv cache" in w.summary.value and ml.fmt_bytes(want["kv cache"]) in w.summary.value
+    w.controls["kv_heads"].value = 2
+    assert w.result["kv cache"] == want["kv cache"] // 4
+    before = w.result
+    w.controls["heads"].value = 1          # kv_heads=2 does not divide heads=1
+    assert "No such model" in w.summary.value and "kv_heads=2" in w.summary.value
+    assert w.result is before, "the last valid estimate stays"
+    w.controls["heads"].value = 4          # head_dim 64: twice the bytes per kv head
+    assert "No such model" not in w.summary.value
+    assert w.result["kv cache"] == want["kv cache"] // 2

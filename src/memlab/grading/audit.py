@@ -161,6 +161,11 @@ POLICIES: dict[str, Policy] = {
                                "memlab.distributed._wrap", "memlab.distributed.local_bytes",
                                "memlab.formulas.zero_bytes_per_device"),
     }),
+    # the calculator's serving row is the KV cache formula these two exercises ask for (the
+    # module, not its function names: a string saying "estimate" in an answer stays fine)
+    "09_serving_memory": Policy(forbidden={
+        "kv_cache_bytes": ("memlab.calculator", "memlab.lessons.calculator"),
+        "max_batch": ("memlab.calculator", "memlab.lessons.calculator")}),
     "07_interview_prep": Policy(forbidden_everywhere=_ESTIMATORS + _COUNTERS + (
         "memlab.formulas", "memlab.rubric")),
 }

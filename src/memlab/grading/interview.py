@@ -88,6 +88,8 @@ TOPICS = {
     "oom": "OOM triage",
     "allocator": "Allocated vs reserved",
     "sharding": "Sharding and model parallelism: when and why",
+    "levers": "More levers: fused attention and the step inside backward",
+    "serving": "Serving: the KV cache and grouped-query attention",
 }
 
 
@@ -150,6 +152,11 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in (
     _q("q26", "sharding", "numeric", "ZeRO-2 memory per GPU", unit="GB"),
     _q("q27", "sharding", "choice", "data parallelism and memory per GPU", options="abcd"),
     _q("q28", "sharding", "text", "when and why to shard", rubric="sharding_when_why"),
+    _q("q29", "levers", "choice", "eager attention vs scaled_dot_product_attention", options="abcd"),
+    _q("q30", "levers", "multi", "the optimizer step inside backward", options="abcdef"),
+    _q("q31", "serving", "numeric", "the KV cache of a multi-head model", unit="GiB"),
+    _q("q32", "serving", "numeric", "the KV cache with grouped-query attention", unit="GiB"),
+    _q("q33", "serving", "text", "what a KV cache buys and costs", rubric="kv_cache_tradeoff"),
 )}
 
 _EXAMPLE = {"numeric": '"12 GB"', "choice": '"b"', "multi": '["a", "c"]',
@@ -519,6 +526,39 @@ def _p_zero_stage(rng):
                     unit="GB")
 
 
+def _p_kv_cache(rng):
+    # (name, layers, kv heads, head_dim): multi-head shapes (kv heads = heads)
+    name, L, g, d = _pick(rng, [("GPT-2 small", 12, 12, 64), ("GPT-2 XL", 48, 25, 64),
+                                ("a 13B-like model", 40, 40, 128), ("a 1B-like model", 16, 32, 64)])
+    seq, b, nbytes = _pick(rng, [1024, 2048, 8192]), _pick(rng, [1, 4, 32]), _pick(rng, [2, 4])
+    gib = 2 * L * g * d * seq * b * nbytes / 2**30
+    return Practice("q31", "numeric",
+                    f"{name}: {L} layers, {g} attention heads of head_dim {d}, multi-head attention "
+                    f"(as many key/value heads as heads). A batch of {b} sequences of {seq} tokens, "
+                    f"cache in {nbytes * 8}-bit floats. KV cache in GiB (2^30 bytes)?",
+                    round(gib, 4),
+                    f"2 (K and V) x {L} layers x {g} kv heads x {d} x {seq} tokens x {b} x "
+                    f"{nbytes} bytes = {2 * L * g * d * seq * b * nbytes:,} B = {gib:.4g} GiB "
+                    f"(Pope et al. 2022, sec. 2).", unit="GiB")
+
+
+def _p_gqa_cache(rng):
+    # (name, layers, heads, kv heads, head_dim): grouped-query shapes
+    name, L, a, g, d = _pick(rng, [("a Llama-3-8B-like model", 32, 32, 8, 128),
+                                   ("a Mistral-7B-like model", 32, 32, 8, 128),
+                                   ("a 34B-like model", 48, 64, 8, 128),
+                                   ("a small GQA model", 24, 16, 4, 64)])
+    seq, b = _pick(rng, [2048, 8192, 32768]), _pick(rng, [1, 2, 8])
+    gib = 2 * L * g * d * seq * b * 2 / 2**30
+    return Practice("q32", "numeric",
+                    f"{name}: {L} layers, {a} query heads sharing {g} key/value heads (grouped-query "
+                    f"attention), head_dim {d}, bf16 cache. {b} sequence(s) of {seq} tokens: KV "
+                    f"cache in GiB?", round(gib, 4),
+                    f"Only the {g} kv heads are cached: 2 x {L} x {g} x {d} x {seq} x {b} x 2 B = "
+                    f"{gib:.4g} GiB, {a // g}x less than with {a} kv heads (Ainslie et al. 2023).",
+                    unit="GiB")
+
+
 def _fixed(p: Practice) -> Callable[[random.Random], Practice]:
     return lambda rng: p
 
@@ -527,7 +567,7 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
     "q1": _p_model_states, "q2": _p_zero_states, "q5": _p_layer_acts, "q6": _p_scale_factor,
     "q10": _p_sqrt_segments, "q11": _p_recompute_time, "q15": _p_loss_scale,
     "q18": _p_accum_steps, "q20": _p_token_weight, "q24": _p_cuda_rounding,
-    "q26": _p_zero_stage,
+    "q26": _p_zero_stage, "q31": _p_kv_cache, "q32": _p_gqa_cache,
     "q3": _fixed(Practice(
         "q3", "choice", "fp32 Adam keeps 16 bytes per parameter (weights 4, gradients 4, two "
         "moments 8). Mixed-precision Adam in the ZeRO paper's convention keeps:", "c",
@@ -600,6 +640,22 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
         "parameter, P parameters). Model states per GPU:", "d",
         "Stage 3 partitions weights, gradients and optimizer state: (4 + 12)P / N.",
         options={"a": "16P", "b": "4P + 12P / N", "c": "2P + 14P / N", "d": "16P / N"})),
+    "q29": _fixed(Practice(
+        "q29", "choice", "With F.scaled_dot_product_attention on a fused (flash) backend, you "
+        "make the sequence 4x longer (batch, heads, head_dim fixed). The bytes attention saves "
+        "for backward grow by about:", "c",
+        "The fused kernel saves q, k, v, the output and one log-sum-exp per row: all linear in s, "
+        "so 4x. Eager attention would also keep the s x s probabilities, which grow 16x "
+        "(Dao et al. 2022).",
+        options={"a": "16x", "b": "2x", "c": "4x", "d": "1x: nothing depends on s"})),
+    "q30": _fixed(Practice(
+        "q30", "multi", "You wrap every Linear of a model in LoRA (frozen base weights, trainable "
+        "A and B of rank 8) and train with AdamW. Which consumers shrink a lot?", ("b", "c"),
+        "Frozen weights get no gradient and no optimizer state, so gradients and AdamW's moments "
+        "exist only for A and B (r x (in + out) per layer). The frozen weights stay, and the "
+        "activations stay (a little more: A x is saved) (Hu et al. 2021).",
+        options={"a": "parameters", "b": "gradients", "c": "optimizer state",
+                 "d": "activations saved for backward"})),
 }
 
 

@@ -2,8 +2,8 @@
 
 Used by: the written questions of 02 (``checkpointing_cost``), 03 (``fp16_loss_scaling``),
 04 (``accumulation_equivalence``), 05 (``oom_before_batch``), 06 (``sharding_when_why``)
-and 07 (interview prep: all seven rubrics; ``activations_scaling``,
-``allocated_vs_reserved`` and ``sharding_when_why`` were written for it), and the self-study
+and 07 (interview prep: all eight rubrics; ``activations_scaling``,
+``allocated_vs_reserved``, ``sharding_when_why`` and ``kv_cache_tradeoff`` were written for it), and the self-study
 reveal of :mod:`memlab.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
 an attempt; the text is public in this file anyway).
 
@@ -18,7 +18,8 @@ Sources for the facts: the course brief; REFERENCE.md (Chen et al. 2016 for
 checkpointing, Korthikanti et al. 2022 for the recompute cost, Micikevicius et al. 2018
 for loss scaling, transformers#24725 and pytorch#46516 for accumulation pitfalls,
 Korthikanti et al. 2022 for activations, PyTorch's CUDACachingAllocator and pytorch#40989 for
-allocated vs reserved, Rajbhandari et al. 2020 (ZeRO) for sharding).
+allocated vs reserved, Rajbhandari et al. 2020 (ZeRO) for sharding, Pope et al. 2022 and Ainslie et al. 2023
+(GQA) for the KV cache).
 """
 from __future__ import annotations
 
@@ -990,11 +991,143 @@ SHARDING_WHEN_WHY = Rubric(
         "parallelism (Megatron-LM) also split the compute and the activations."),
 )
 
+# ----------------------------------------------------------------------------- (h)
+_KV = r"(?:keys? and (?:the )?values?|keys? ?(?:/|&) ?values?|k and v|kv|key ?value|k ?/ ?v)"
+_KVH = r"(?:kv|k ?/ ?v|key ?/ ?value|key ?value|key and value|k and v)"
+_PAST = (r"(?:past|previous|earlier|prior|old|older|already|seen|generated|preceding|prefix|"
+         r"prompt|context|processed)")
+_SEQ = r"(?:sequence\w*|context\w*|lengths?|tokens?|seq|batch\w*|conversations?|requests?)"
+_CACHE = r"(?:kv cache|cache|it)"
+KV_CACHE_TRADEOFF = Rubric(
+    id="kv_cache_tradeoff",
+    question=("Why does a KV cache make text generation faster, what does it cost in memory, and "
+              "how does grouped-query attention reduce that cost?"),
+    concepts=(
+        Concept("the cache keeps every layer's keys and values of the tokens seen so far", (
+            rf"(?:stor|keep|cach|sav|hold|retain|remember|memori[sz]|stash)\w* {G(5)}{_KV}",
+            rf"{_KV} {G(3)}(?:are|is|get|gets|were|being) {G(2)}(?:stored|kept|cached|saved|held|"
+            r"retained|remembered|reused)",
+            rf"{_KV} (?:vectors |tensors |projections |pairs )?(?:of|for|from) {G(4)}{_PAST}",
+            rf"{_PAST} (?:tokens?|positions?) {G(2)}{_KV}",
+            rf"reus\w* {G(4)}{_KV}",
+        ), 1.0, "say what is cached: each layer's keys and values of every token seen so far"),
+        Concept("each step computes only the new token instead of recomputing the prefix", (
+            rf"(?:without|no need to|instead of|avoid\w*|skip\w*|never|not|no|no longer|saves?|"
+            rf"spar\w*|rather than) {G(3)}re ?(?:comput|calculat|process|run|do|doing|deriv)\w*",
+            rf"(?:only|just) {G(3)}(?:the |one |a |each )?(?:new|newest|latest|last|current|next|"
+            r"single|one) (?:token|position|query)",
+            rf"(?:new|newest|latest|last|current|next|single) (?:token|position) {G(3)}(?:only|"
+            r"alone|by itself)",
+            rf"(?:one|single|a) token (?:at a time|per step|each step|in each step)",
+            rf"(?:quadratic\w*|o ?n2|t2|n\^2|t\^2) {G(6)}(?:linear\w*|o ?t\b|o ?n\b|constant)",
+            rf"(?:compute|computes|computing|work|cost|costs|flops) {G(3)}(?:per|each|every) "
+            rf"(?:new )?(?:token|step) {G(3)}(?:drops?|falls?|shrinks?|constant|linear|less|"
+            r"smaller|lower)",
+            r"(?:whole|entire|full) (?:sequence|prefix|prompt|context|history) (?:again|every|each|"
+            r"over and over|from scratch)",
+            rf"re ?(?:comput|process|run)\w* {G(3)}(?:whole|entire|full|all)",
+        ), 1.0, "say why it is faster: each step computes only the new token's query, key and "
+                "value instead of recomputing the whole prefix"),
+        Concept("its memory grows linearly with every token and every sequence", (
+            rf"(?:grows?|growing|grew|scal\w*|increas\w*|proportional|linear\w*|rises?|rising|"
+            rf"expands?) {G(4)}(?:with|in|to|by|per) {G(4)}{_SEQ}",
+            rf"{G(1)}(?:every|each|per) (?:new |generated |extra |additional )?(?:token|position)"
+            rf" {G(5)}(?:adds?|costs?|grows?|takes?|needs?|appends?|more|another|extra)",
+            rf"(?:bytes|memory|kib|kb|mb|mib) per token",
+            r"2 x (?:l|layers|n_layers|the number of layers)",
+            rf"(?:times|x) {G(2)}(?:seq|sequence length|context length|tokens|batch)",
+        ), 1.0, "say what it costs: memory that grows linearly with every token of every "
+                "sequence (one key and one value per layer and per key/value head)"),
+        Concept("at long contexts or large batches it outgrows the weights and limits the batch", (
+            rf"(?:exceed\w*|more than|larger than|bigger than|outgrow\w*|dwarf\w*|rival\w*|"
+            rf"overtak\w*|surpass\w*) {G(3)}(?:the )?(?:model )?(?:weights|parameters|model)",
+            rf"(?:limit\w*|caps?|capped|bound\w*|determin\w*|decid\w*|constrain\w*|restrict\w*) "
+            rf"{G(5)}(?:batch\w*|concurren\w*|how many|number of (?:sequences|requests|users|"
+            r"conversations)|context length|throughput|capacity)",
+            rf"(?:fewer|less|smaller) {G(2)}(?:sequences|requests|users|conversations|batch\w*) "
+            rf"{G(3)}(?:fit|served|at once|in parallel|concurrently)",
+            r"(?:dominat\w*|bottleneck\w*|binding) (?:the )?(?:memory|serving|inference)",
+            rf"(?:memory|serving|inference) {G(3)}(?:dominated|bottleneck\w*|bound)",
+            r"(?:runs?|running|ran) out of memory|out of memory|\boom\b",
+        ), 0.75, "say why it matters: at long contexts or large batches the cache outgrows the "
+                 "weights and limits how many sequences fit"),
+        Concept("GQA: query heads share fewer key/value heads, the cache shrinks by heads/kv_heads", (
+            rf"(?:shar\w*) {G(4)}(?:{_KV}|(?:{_KVH} )?heads?)",
+            rf"(?:groups?|several|multiple|many) (?:of )?(?:query )?heads {G(4)}(?:use|share|"
+            rf"reuse|attend|read)\w* {G(3)}(?:same|one|single|a)",
+            rf"fewer {G(2)}{_KVH} heads",
+            rf"{_KVH} heads {G(3)}(?:than|fewer|smaller|less|"
+            r"instead of|rather than)",
+            rf"(?:divid\w*|reduc\w*|shrink\w*|cut\w*|smaller|lower\w*) {G(6)}(?:by|factor of) "
+            rf"{G(3)}(?:heads ?/ ?kv_heads|the (?:group|ratio)|number of (?:query )?heads|"
+            r"\d+ ?x|\d+|eight|four|two)",
+            rf"heads ?/ ?kv_heads|n_heads ?/ ?n_kv\w*|(?:query )?heads per {_KVH} head",
+        ), 1.0, "say how GQA helps: groups of query heads share one key/value head, so the cache "
+                "shrinks by heads / kv_heads"),
+        Concept("other levers: multi-query, a quantized cache, paged allocation", (
+            r"multi ?query|\bmqa\b",
+            r"paged ?attention|vllm|(?:in |into |as )pages|paging",
+            rf"(?:quanti[sz]\w*|8 ?bit|int8|fp8|4 ?bit) {G(3)}(?:cache|keys?|values?|kv)",
+            rf"(?:cache|kv|keys? and values?) {G(3)}(?:in|to) (?:8 ?bit|int8|fp8|4 ?bit|"
+            r"lower precision)",
+            r"sliding window",
+        ), 0.5, "multi-query attention (one key/value head), an 8-bit cache or paged allocation "
+                "(vLLM) cut it further"),
+    ),
+    misconceptions=(
+        Misconception("says the cache holds weights, gradients or activations for backward", (
+            rf"{_CACHE} {G(3)}(?:stores?|keeps?|holds?|saves?|caches?) {G(3)}(?:the )?(?:model )?"
+            r"(?:weights|gradients|parameters|optimi[sz]er state\w*)",
+            rf"{_CACHE} {G(4)}(?:for|in) (?:the )?backward",
+            rf"(?:stores?|keeps?|holds?|saves?|caches?) {G(3)}(?:the )?(?:queries|query vectors)",
+        ), 0.4, "the cache holds the keys and values of past tokens, not weights or gradients, "
+                "and serving has no backward", fatal=True),
+        Misconception("says the cache saves memory", (
+            rf"(?:kv )?cach(?:e|ing) {G(4)}(?:saves?|reduces?|lowers?|cuts?|frees?|shrinks?) "
+            rf"{G(2)}(?:gpu )?memory",
+            rf"(?:kv )?cach(?:e|ing) {G(3)}(?:uses?|needs?|takes?) (?:less|no (?:extra |additional )?)"
+            r"memory",
+        ), 0.4, "the cache trades memory for speed: it adds memory, it does not save it",
+            fatal=True),
+        Misconception("says the cache grows quadratically with the sequence length", (
+            rf"{_CACHE} {G(5)}(?:quadratic\w*|square of|with s\^2|o ?s2)",
+            rf"(?:cache|memory) {G(2)}(?:grows?|scales?|increases?) {G(3)}(?:quadratic\w*|"
+            r"with the square)",
+        ), 0.3, "the cache grows linearly in the sequence length (the s x s scores of eager "
+                "attention are the quadratic term, and they are not cached)"),
+        Misconception("says GQA shrinks the cache by dropping query heads", (
+            rf"(?:fewer|less|reduc\w*|drop\w*|remov\w*) {G(2)}query heads",
+        ), 0.3, "GQA keeps every query head; it shares the key/value heads"),
+    ),
+    topic=(r"cache\w*", r"kv", r"keys?", r"values?", r"tokens?", r"memory", r"attention",
+           r"heads?", r"generat\w*|decod\w*", r"gqa|grouped"),
+    full_credit_at=0.8,
+    course_text=(
+        "The cache is proportional to kv_heads, not to the number of query heads. Multi-query attention (Shazeer 2019) lets all query heads share one key/value head; grouped-query attention (Ainslie et al. 2023) shares each key/value head among a group of query heads (Llama-2-70B, Llama-3, Mistral: 8 kv heads for 32-64 query heads).",
+        "Each step then costs O(t) instead of O(t²) for attention, and O(1) instead of O(t) for the projections and the MLP. The price is memory that grows with every token.",
+    ),
+    model_answer=(
+        "Generating token t+1 needs the keys and values of all earlier tokens in every layer. "
+        "The KV cache stores them, so each decode step computes only the new token's query, key "
+        "and value instead of recomputing the whole prefix. The price is memory that grows "
+        "linearly with every token of every sequence: one key and one value per layer and per "
+        "key/value head. At long contexts or large batches it exceeds the weights and limits "
+        "how many sequences fit. Grouped-query attention lets groups of query heads share one "
+        "key/value head, so the cache shrinks by heads / kv_heads (8x for 64 heads and 8 kv "
+        "heads); multi-query attention, an 8-bit cache or paged allocation (vLLM) cut it "
+        "further."),
+    explanation=(
+        "Pope et al. 2022 (arXiv 2211.05102, sec. 2) size the cache as 2 x layers x kv_heads x "
+        "head_dim x seq x batch x bytes: Llama-2-7B in fp16 keeps 512 KiB per token, 2 GiB for "
+        "a 4096-token sequence. Ainslie et al. 2023 (GQA, arXiv 2305.13245) and Shazeer 2019 "
+        "(multi-query) share key/value heads; Kwon et al. 2023 (vLLM) page the cache."),
+)
+
 RUBRICS: dict[str, Rubric] = {r.id: r for r in (
     OOM_BEFORE_BATCH, CHECKPOINTING_COST, FP16_LOSS_SCALING, ACCUMULATION_EQUIVALENCE,
-    ACTIVATIONS_SCALING, ALLOCATED_VS_RESERVED, SHARDING_WHEN_WHY,
+    ACTIVATIONS_SCALING, ALLOCATED_VS_RESERVED, SHARDING_WHEN_WHY, KV_CACHE_TRADEOFF,
 )}
 
 __all__ = ["RUBRICS", "OOM_BEFORE_BATCH", "CHECKPOINTING_COST", "FP16_LOSS_SCALING",
            "ACCUMULATION_EQUIVALENCE", "ACTIVATIONS_SCALING", "ALLOCATED_VS_RESERVED",
-           "SHARDING_WHEN_WHY"]
+           "SHARDING_WHEN_WHY", "KV_CACHE_TRADEOFF"]

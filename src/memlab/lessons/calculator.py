@@ -1,4 +1,5 @@
-"""The training-memory calculator: the four consumers of one training step, from a config.
+"""The memory calculator: the four consumers of one training step, or what serving keeps
+(weights and the KV cache), from a config.
 
 Used by: solutions/01_where_memory_goes (section 6: the worked check against a measurement and
 the interactive calculator), tests/lessons/test_calculator.py.
@@ -31,6 +32,19 @@ the interactive calculator), tests/lessons/test_calculator.py.
   LayerNorm (e*(sbh + 2*sb)), the head's input (e*sbh) and the log-softmax of the logits
   (e*s*b*V), which is large when the vocabulary is.
 
+Serving (``serving=True``, inference with a KV cache, notebook 09): no gradients, no optimizer
+state and nothing saved for a backward; the weights in the precision's 16-bit (or fp32) form, and
+the KV cache of ``seq_len`` tokens for each of the ``batch`` sequences (Pope et al. 2022,
+arXiv 2211.05102, sec. 2)::
+
+    kv cache = 2 x layers x kv_heads x head_dim x seq_len x batch x e,   head_dim = hidden / heads
+
+``kv_heads`` (grouped-query attention, Ainslie et al. 2023, arXiv 2305.13245) defaults to
+``heads``; fewer kv heads also shrink the K and V projections in :func:`params_from_shape`
+(exact for :class:`memlab.serving.TinyDecoder`). The temporaries of one forward come on top of a
+serving estimate (09 measures them with ``ml.serving.decode_peak``). In training, the activations
+are those of multi-head attention whatever ``kv_heads`` is (an upper bound with fewer kv heads).
+
 CPU dropout keeps its mask in the activation dtype (m = e), CUDA's fused dropout a bool mask
 (m = 1, the paper's assumption); pass ``dropout_mask_bytes`` accordingly. Under autocast some
 activations stay fp32 (REFERENCE: 1.46x pure bf16 for one block), so ``"mixed-*"`` with e = 2
@@ -53,7 +67,8 @@ from ..measure.units import GiB, fmt_bytes
 
 __all__ = [
     "DEFAULTS", "PRECISIONS", "OPTIMIZERS", "ATTENTIONS", "GPU_SIZES", "CONSUMERS",
-    "params_from_shape", "layer_activation_bytes", "estimate", "plot_estimate",
+    "SERVING_KEYS", "params_from_shape", "layer_activation_bytes", "estimate",
+    "plot_estimate",
     "calculator_widget",
 ]
 
@@ -64,6 +79,7 @@ DEFAULTS: dict[str, Any] = {
     "layers": 32,
     "hidden": 4096,
     "heads": 32,
+    "kv_heads": None,        # key/value heads (grouped-query attention); None: heads
     "vocab": 32000,
     "seq_len": 2048,
     "max_seq": None,         # learned position embeddings; None: seq_len
@@ -75,6 +91,7 @@ DEFAULTS: dict[str, Any] = {
     "attention": "fused",
     "dropout": False,
     "dropout_mask_bytes": 1,
+    "serving": False,        # True: inference with a KV cache (weights + cache, see the docstring)
 }
 
 # precision -> (parameter bytes, gradient bytes, activation element bytes), per parameter/element.
@@ -87,6 +104,8 @@ PRECISIONS: dict[str, tuple[int, int, int]] = {
 OPTIMIZERS = tuple(formulas.OPTIMIZER_STATE_BYTES_PER_PARAM)  # sgd, sgd_momentum, adam, adamw, adam_8bit
 ATTENTIONS = ("eager", "fused")
 CONSUMERS = ("parameters", "gradients", "optimizer state", "activations")
+# what :func:`estimate` returns beside CONSUMERS: the KV cache (0 unless serving) and the total
+SERVING_KEYS = ("kv cache",)
 # Common GPU memory sizes, binary (what nvidia-smi shows, minus a little ECC/reserve).
 GPU_SIZES = {"16 GiB (V100, T4)": 16 * GiB, "24 GiB (RTX 4090, A10)": 24 * GiB,
              "40 GiB (A100 40GB)": 40 * GiB, "80 GiB (A100/H100 80GB)": 80 * GiB}
@@ -110,6 +129,18 @@ def _config(config: Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> d
             f"heads={cfg['heads']} does not divide hidden={cfg['hidden']}: attention splits the "
             f"hidden size into equal heads (head size hidden/heads), so no such model exists. "
             f"Heads that divide {cfg['hidden']}: {', '.join(map(str, divisors[-8:]))}")
+    if cfg["kv_heads"] is not None:
+        g = cfg["kv_heads"]
+        if type(g) is not int or g < 1:
+            raise ValueError(f"kv_heads must be a positive int or None (= heads), got {g!r}")
+        if cfg["heads"] % g:
+            divisors = [d for d in range(1, cfg["heads"] + 1) if cfg["heads"] % d == 0]
+            raise ValueError(
+                f"kv_heads={g} does not divide heads={cfg['heads']}: grouped-query attention shares "
+                f"each key/value head among an equal group of query heads, so no such model "
+                f"exists. kv_heads that divide {cfg['heads']}: {', '.join(map(str, divisors))}")
+    if type(cfg["serving"]) is not bool:
+        raise ValueError(f"serving must be True or False, got {cfg['serving']!r}")
     if cfg["max_seq"] is None:
         cfg["max_seq"] = cfg["seq_len"]
     if cfg["precision"] not in PRECISIONS:
@@ -128,11 +159,15 @@ def params_from_shape(config: Mapping[str, Any] | None = None, **overrides: Any)
 
     Per layer 12h^2 + 13h (qkv 3h^2+3h, proj h^2+h, fc1 4h^2+4h, fc2 4h^2+h, two LayerNorms 4h);
     token embedding V*h, learned positions max_seq*h, final LayerNorm 2h, and V*h more when the
-    head is not tied to the embedding.
+    head is not tied to the embedding. With ``kv_heads`` g < heads the K and V projections map h to
+    g*head_dim each (2*(h+1)*g*head_dim instead of 2h^2+2h; exact for
+    :class:`memlab.serving.TinyDecoder`).
     """
     cfg = _config(config, overrides)
     h, V = cfg["hidden"], cfg["vocab"]
-    n = cfg["layers"] * (12 * h * h + 13 * h) + V * h + cfg["max_seq"] * h + 2 * h
+    kv = (cfg["kv_heads"] or cfg["heads"]) * (h // cfg["heads"])   # width of K (and of V)
+    per_layer = 12 * h * h + 13 * h - 2 * (h * h + h) + 2 * (h * kv + kv)
+    n = cfg["layers"] * per_layer + V * h + cfg["max_seq"] * h + 2 * h
     return n if cfg["tied_head"] else n + V * h
 
 
@@ -162,11 +197,24 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, *, elem_bytes: int = 
     return int(n)
 
 
+def _kv_cache_bytes(config: Mapping[str, Any] | None = None, **overrides: Any) -> int:
+    """The KV cache of a config: 2 x layers x kv_heads x head_dim x seq_len x batch x e (e: the
+    precision's activation bytes), whether or not ``serving`` is set."""
+    cfg = _config(config, overrides)
+    e = PRECISIONS[cfg["precision"]][2]
+    g, d = cfg["kv_heads"] or cfg["heads"], cfg["hidden"] // cfg["heads"]
+    return 2 * cfg["layers"] * g * d * cfg["seq_len"] * cfg["batch"] * e
+
+
 def estimate(config: Mapping[str, Any] | None = None, **overrides: Any) -> dict[str, int]:
-    """Bytes of the four consumers of one training step, and their total.
+    """Bytes of the four consumers of one training step (or, with ``serving=True``, of the
+    weights and the KV cache), and their total.
 
     ``config`` (a dict; missing keys take :data:`DEFAULTS`, keyword overrides win) ->
-    ``{"parameters", "gradients", "optimizer state", "activations", "total"}``, all ints.
+    ``{"parameters", "gradients", "optimizer state", "activations", "kv cache", "total"}``,
+    all ints; "kv cache" is 0 in training, and with ``serving=True`` the gradients, optimizer
+    state and activations are 0 and the parameters are counted at the activation precision
+    (fp32 4 bytes, otherwise 2: the 16-bit weights a mixed-precision run serves).
     The optimizer state is the steady state (after the first ``step()``); Adam's 4-byte ``step``
     counters (one per parameter tensor) are left out. Activations are those saved for backward
     at the end of the forward pass; with checkpointing, the stored layer inputs plus one layer
@@ -175,6 +223,12 @@ def estimate(config: Mapping[str, Any] | None = None, **overrides: Any) -> dict[
     cfg = _config(config, overrides)
     n = params_from_shape(cfg) if cfg["n_params"] is None else int(cfg["n_params"])
     p_bytes, g_bytes, e = PRECISIONS[cfg["precision"]]
+    if cfg["serving"]:
+        result = {"parameters": n * e, "gradients": 0, "optimizer state": 0, "activations": 0,
+                  "kv cache": _kv_cache_bytes(cfg)}
+        result = {k: int(v) for k, v in result.items()}
+        result["total"] = sum(result[k] for k in CONSUMERS + SERVING_KEYS)
+        return result
     opt = cfg["optimizer"]
     if cfg["precision"] == "mixed-hf":    # fp32 weights (4) + a half-precision copy (2)
         states = formulas.model_state_bytes(n, param_bytes=4, master_copy_bytes=2,
@@ -200,26 +254,29 @@ def estimate(config: Mapping[str, Any] | None = None, **overrides: Any) -> dict[
                + e * s * b * V)                 # log-softmax of the logits, for the loss
     result = {"parameters": states["parameters"], "gradients": states["gradients"],
               "optimizer state": states["optimizer state"], "activations": int(layers + outside)}
+    result["kv cache"] = 0
     result = {k: int(v) for k, v in result.items()}
-    result["total"] = sum(result[k] for k in CONSUMERS)
+    result["total"] = sum(result[k] for k in CONSUMERS + SERVING_KEYS)
     return result
 
 
 def plot_estimate(result: Mapping[str, int], ax: Any = None, title: str | None = None) -> Any:
-    """Stacked bar of the four consumers (GiB) with the GPU sizes as lines. Returns the axes."""
+    """Stacked bar of the four consumers (GiB), and of the KV cache when there is one, with the
+    GPU sizes as lines. Returns the axes."""
     if ax is None:
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
     colors = {"parameters": "tab:blue", "gradients": "tab:orange",
-              "optimizer state": "tab:green", "activations": "tab:red"}
+              "optimizer state": "tab:green", "activations": "tab:red", "kv cache": "tab:purple"}
+    keys = CONSUMERS + tuple(k for k in SERVING_KEYS if result.get(k))
     bottom = 0.0
-    for key in CONSUMERS:
+    for key in keys:
         height = result[key] / GiB
         ax.bar([0], [height], bottom=bottom, width=0.5, color=colors[key],
                label=f"{key}: {fmt_bytes(result[key])}")
         bottom += height
-    total = sum(result[k] for k in CONSUMERS)
+    total = sum(result[k] for k in keys)
     top = max(total / GiB, max(GPU_SIZES.values()) / GiB) * 1.12
     for name, size in GPU_SIZES.items():
         ax.axhline(size / GiB, color="gray", linestyle="--", linewidth=0.8)
@@ -243,14 +300,16 @@ def _figure_png(result: Mapping[str, int], title: str) -> bytes:
     return buf.getvalue()
 
 
-def _summary_html(result: Mapping[str, int], n_params: int) -> str:
+def _summary_html(result: Mapping[str, int], n_params: int, serving: bool = False) -> str:
+    keys = ("parameters", "kv cache") if serving else CONSUMERS
     rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{fmt_bytes(result[k])}</td></tr>"
-                   for k in CONSUMERS)
+                   for k in keys)
     fits = [name.split(" (")[0] for name, size in GPU_SIZES.items() if result["total"] <= size]
     verdict = f"fits on {fits[0]} and larger" if fits else "does not fit on one 80 GiB GPU"
     return (f"<b>parameters: {n_params / 1e9:.3f} B</b><table>{rows}"
             f"<tr><td><b>total</b></td><td style='text-align:right'><b>{fmt_bytes(result['total'])}"
-            f"</b></td></tr></table>{verdict} (before temporaries and allocator overhead)")
+            f"</b></td></tr></table>{verdict} (before "
+            f"{'the temporaries of one forward' if serving else 'temporaries'} and allocator overhead)")
 
 
 def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any):
@@ -281,6 +340,10 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
         "layers": slider(W.IntSlider, cfg["layers"], "layers", min=1, max=128),
         "hidden": slider(W.IntSlider, cfg["hidden"], "hidden size", min=64, max=16384, step=64),
         "heads": slider(W.IntSlider, cfg["heads"], "heads", min=1, max=128),
+        "kv_heads": W.Dropdown(options=[("= heads (multi-head)", None), ("1 (multi-query)", 1)]
+                               + [(str(g), g) for g in (2, 4, 8, 16, 32)],
+                               value=cfg["kv_heads"] if cfg["kv_heads"] in (None, 1, 2, 4, 8, 16, 32)
+                               else None, description="kv heads", style=style, layout=lay),
         "vocab": slider(W.IntSlider, cfg["vocab"], "vocabulary", min=256, max=262144, step=256),
         "seq_len": slider(W.IntSlider, cfg["seq_len"], "sequence length", min=16, max=32768, step=16),
         "batch": slider(W.IntSlider, cfg["batch"], "batch size", min=1, max=256),
@@ -292,6 +355,8 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
                                 description="attention", style=style, layout=lay),
         "checkpointing": W.Checkbox(value=cfg["checkpointing"], description="checkpointing",
                                     style=style, layout=lay),
+        "serving": W.Checkbox(value=cfg["serving"], description="serving (weights + KV cache)",
+                              style=style, layout=lay),
     }
     summary = W.HTML()
     image = W.Image(format="png", layout=W.Layout(width="495px"))
@@ -299,8 +364,8 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
     class CalculatorWidget(W.VBox):
         def update(self, *_: Any) -> None:
             c = dict(cfg)
-            for key in ("layers", "hidden", "heads", "vocab", "seq_len", "batch", "precision",
-                        "optimizer", "attention", "checkpointing"):
+            for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "batch",
+                        "precision", "optimizer", "attention", "checkpointing", "serving"):
                 c[key] = controls[key].value
             try:
                 shape_params = params_from_shape(c, n_params=None)
@@ -325,7 +390,7 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
                 return
             n = shape_params if c["n_params"] is None else c["n_params"]
             self.config, self.result = c, result
-            summary.value = _summary_html(result, n)
+            summary.value = _summary_html(result, n, c["serving"])
             image.value = _figure_png(result, f"total {fmt_bytes(result['total'])}")
 
     box = CalculatorWidget([W.HBox([W.VBox(list(controls.values())), W.VBox([image, summary])])])
