@@ -25,7 +25,7 @@ def _accumulate(model, loss_fn, inputs, targets, micro):
 def _train(model, optimizer, scheduler, batches, k, *, scaler=None, max_norm=None, amp_dtype=None,
            bug=None):
     """A correct loop, or one with a named ``bug``."""
-    device_type = next(model.parameters()).device.type
+    device_type = "cuda" if bug == "autocast_cuda" else next(model.parameters()).device.type
     for start in range(0, len(batches), k):
         group = batches[start:start + k]
         if bug == "no_last_step" and len(group) < k:
@@ -342,11 +342,21 @@ def test_peak_falls_with_k_and_one_backward_saves_nothing():
     assert concat / full >= 0.85, concat / full
 
 
-def test_time_per_call_calls_warmup_plus_repeats():
-    calls = []
-    seconds = acc.time_per_call(lambda: calls.append(1), repeats=4, warmup=2)
-    assert len(calls) == 6
-    assert isinstance(seconds, float) and 0 <= seconds < 1
+def test_timing_is_torch_utils_benchmark_with_a_spread():
+    """04 section 4 times one effective batch at k micro-batches against k = 1 with
+    memlab.measure.timing (torch.utils.benchmark.Timer), not a hand-written loop."""
+    from memlab.measure import timing
+    assert acc.time_ratio is timing.time_ratio and acc.median_time is timing.median_time
+    assert not hasattr(acc, "time_per_call")
+    model = _classifier()
+    x, y = acc.toy_classification(64, 8, 4, seed=1)
+    result = acc.time_ratio(lambda: _accumulate(model, F.cross_entropy, x, y, 8),
+                            lambda: _accumulate(model, F.cross_entropy, x, y, 64),
+                            repeats=3, min_run_time=0.01)
+    lo, hi = result.spread
+    assert len(result.round_ratios) == 3 and lo <= hi and result.ratio > 0
+    assert result.median > 0 and result.baseline_median > 0
+    assert "rounds" in str(result)
 
 
 def test_skip_until_written_swallows_only_not_implemented(capsys):
@@ -377,7 +387,7 @@ def test_cuda_amp_loop_and_peak_ratio():
     full = acc.peak_increase(lambda: F.cross_entropy(model(x), y).backward(), model, device=device)
     k4 = acc.peak_increase(lambda: _accumulate(model, F.cross_entropy, x, y, 128), model, device=device)
     assert full > 0 and k4 / full <= 0.45, (ml.fmt_bytes(full), k4 / full)
-    assert acc.time_per_call(lambda: model(x), device=device) > 0
+    assert acc.median_time(lambda: model(x), repeats=2, device=device) > 0
 
 
 # ------------------------------------------------------------ issue 14: causes named
@@ -397,6 +407,43 @@ def test_check_accumulation_sees_the_precision_autocast_really_ran():
     assert len(none) == 1 and "None means no autocast" in none[0]
     # not asked: not checked (the visible test of 04 does not pass amp_dtype)
     assert acc.check_accumulation(spy, [5, 3, 4], 2) == []
+
+
+def _hard_coded_cuda_loop(device="cpu"):
+    """A loop whose autocast is hard-coded to "cuda", on a model on ``device``, watched and run
+    as 04's graded tests run it (graded_call: a warning fails)."""
+    sizes = [5, 3, 4]
+    model, optimizer, scheduler, batches = _setup(sizes, seed=5, device=device)
+    with acc.TrainingSpy(model, optimizer, scheduler) as spy:
+        acc.graded_call(_train, model, optimizer, scheduler, batches, 2, amp_dtype=torch.float16,
+                        bug="autocast_cuda", what="hard-coded cuda")
+    return acc.check_accumulation(spy, sizes, 2, amp_dtype=torch.float16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only grader's path")
+def test_autocast_hard_coded_to_cuda_fails_on_a_cpu_grader_with_a_hint():
+    with pytest.raises(AssertionError, match="hard-coded to 'cuda'"):
+        _hard_coded_cuda_loop()
+
+
+def test_autocast_hard_coded_to_cuda_fails_on_a_cuda_grader_through_the_cpu_case(monkeypatch):
+    """On a machine with CUDA, torch.autocast("cuda", ...) raises no warning, and a model on the
+    CUDA device really runs fp16: only a case whose model is on the CPU shows the mistake, and
+    only through the precision the model ran at. Simulated here: torch.autocast asks
+    torch.cuda.amp.common.amp_definitely_not_available() whether to disable itself; answering
+    False is what a CUDA machine answers (the gpu test below runs it for real)."""
+    import torch.cuda.amp.common as amp_common
+    monkeypatch.setattr(amp_common, "amp_definitely_not_available", lambda: False)
+    problems = _hard_coded_cuda_loop()          # no warning: graded_call lets it through
+    assert len(problems) == 1, problems
+    assert "hard-coded to 'cuda'" in problems[0] and "torch.float32" in problems[0], problems
+
+
+@pytest.mark.gpu
+def test_autocast_hard_coded_to_cuda_is_caught_only_by_the_cpu_case_on_cuda():
+    assert _hard_coded_cuda_loop(device="cuda") == []     # a CUDA model: it does run fp16
+    problems = _hard_coded_cuda_loop(device="cpu")
+    assert len(problems) == 1 and "hard-coded to 'cuda'" in problems[0], problems
 
 
 def test_check_accumulation_names_a_scaler_built_inside_the_loop():

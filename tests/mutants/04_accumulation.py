@@ -104,15 +104,29 @@ MUTANTS = [
         klass=1,
         why="the contract says scheduler may be None; no visible test passes None",
     ),
+    # Autocast hard-coded to "cuda": on a CPU grader it warns and turns itself off; on a CUDA grader
+    # it raises no warning and only a model on the CPU runs fp32. Both graded cells run a CPU case
+    # on every machine, so the verdict is the same on both (the CUDA side: tests/lessons/
+    # test_accumulation.py::test_autocast_hard_coded_to_cuda_*, simulated on the CPU and on a GPU).
     Mutant(
         id="train_autocast_cuda",
         cell="train_with_accumulation",
         find="with torch.autocast(device_type, dtype=amp_dtype",
         replace='with torch.autocast("cuda", dtype=amp_dtype',
-        lose=(_HIDDEN_3,),
-        says="device type",
+        lose=("test_train_with_accumulation", _HIDDEN_3),
+        says="hard-coded to 'cuda'",
         klass=3,
-        why="autocast hard-coded to 'cuda': on a CPU grader it disables itself with a warning and runs fp32",
+        why="autocast hard-coded to 'cuda' (GPU tutorials): CPU grader: disabled with a warning, fp32; CUDA grader: silent",
+    ),
+    Mutant(
+        id="train_autocast_cuda_kw",
+        cell="train_with_accumulation",
+        find="with torch.autocast(device_type, dtype=amp_dtype",
+        replace='with torch.autocast(device_type="cuda", dtype=amp_dtype',
+        lose=("test_train_with_accumulation", _HIDDEN_3),
+        says="hard-coded to 'cuda'",
+        klass=3,
+        why="device_type=\"cuda\" as a keyword, copied from the AMP recipe: fp32 on a CPU grader, a CPU model on CUDA",
     ),
     Mutant(
         id="train_fp16_fixed",

@@ -18,7 +18,8 @@ What lives here, and what does not: nothing in this module is the answer to a gr
 (learners can read it). It holds the *reference* (full-batch gradients, computed with
 ``torch.autograd.grad`` so ``.grad`` is not touched), the *spies* the graded tests use to see how
 a learner's loop works (:class:`TrainingSpy`, :func:`check_accumulation`), and measurement
-helpers (:func:`peak_increase`, :func:`time_per_call`), with the small models and data the
+helpers (:func:`peak_increase`; :func:`time_ratio` and :func:`median_time` from
+``memlab.measure.timing``, torch.utils.benchmark.Timer), with the small models and data the
 notebook measures (:func:`classifier`, :func:`normed_classifier`, :func:`toy_classification`,
 :func:`padded_lm_batch`).
 
@@ -37,14 +38,15 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from ..measure.timing import timed_call
+from ..measure.timing import TimingResult, median_time, time_ratio
 from ..measure.tracker import measure_peak
 
 __all__ = [
     "micro_batch_sizes", "group_sizes", "full_batch_gradients", "current_gradients",
     "max_abs_diff", "classifier", "NORMS", "normed_classifier", "toy_classification",
     "padded_lm_batch", "lm_loss", "Event", "TrainingSpy", "check_micro_batches",
-    "check_accumulation", "graded_call", "skip_until_written", "peak_increase", "time_per_call",
+    "check_accumulation", "graded_call", "skip_until_written", "peak_increase", "TimingResult",
+    "median_time", "time_ratio",
 ]
 
 
@@ -480,8 +482,10 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
                 problems.append(f"amp_dtype={amp_dtype}, but the model's output was {bad}: autocast "
                                 f"did not run in {amp_dtype} on this {spy_device(spy)} device. Use "
                                 "torch.autocast(next(model.parameters()).device.type, "
-                                "dtype=amp_dtype): autocast hard-coded to 'cuda' disables itself "
-                                "without CUDA, and a fixed dtype ignores the argument.")
+                                "dtype=amp_dtype): autocast hard-coded to 'cuda' (or "
+                                "device_type=\"cuda\") disables itself on a machine without CUDA "
+                                "and leaves a model on the CPU in fp32 on a machine with CUDA, and "
+                                "a fixed dtype ignores the argument.")
 
     steps = [i for i, e in enumerate(ev) if e.kind == "step"]
     if len(steps) != len(groups):
@@ -633,8 +637,10 @@ _ERROR_HINTS = (
 )
 _WARNING_HINTS = (
     ("Disabling autocast",
-     "torch.autocast on a device type this machine does not have turns itself off and runs in "
-     "fp32: use the model's device type, next(model.parameters()).device.type"),
+     "autocast hard-coded to 'cuda' (torch.autocast(\"cuda\", ...) or device_type=\"cuda\"), or "
+     "another device type this machine does not have, turns itself off and runs in fp32 (on a "
+     "machine with CUDA it would leave a model on the CPU in fp32, without a warning): use the "
+     "model's device type, next(model.parameters()).device.type"),
     ("requires_grad=True to a scalar",
      "float(loss) on a tensor that requires grad: use loss.item() or float(loss.detach())"),
     ("torch.cuda.amp",
@@ -694,16 +700,6 @@ def peak_increase(fn: Callable[[], Any], model: torch.nn.Module, *,
         if p.requires_grad and p.grad is None:
             p.grad = torch.zeros_like(p)
     return int(measure_peak(fn, device=device, track=(model,)).peak_increase)
-
-
-def time_per_call(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1,
-                  device: str | torch.device | None = None) -> float:
-    """Best wall-clock seconds of ``repeats`` calls of ``fn()`` (after ``warmup`` calls); on CUDA
-    the device is synchronized around each call so the time includes the kernels."""
-    dev = torch.device(device) if device is not None else None
-    for _ in range(warmup):
-        fn()
-    return min(timed_call(fn, dev) for _ in range(repeats))
 
 
 class skip_until_written:
