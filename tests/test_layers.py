@@ -26,6 +26,22 @@ SAME_LAYER_OK = {
 }
 # Cycles being removed by open work, each with the issue that removes it. Keep this empty.
 KNOWN_CYCLES: dict[str, str] = {}
+# Directions fixed inside a layer: (importer, imported) pairs that must not be linked, directly
+# or through other modules, with the reason. The facade of a split module re-exports its parts,
+# and no part imports the facade.
+FORBIDDEN: dict[tuple[str, str], str] = {
+    ("grading.interview_bank", "grading.interview_panel"):
+        "the question bank is the bottom of 07's modules: the widgets import it, not the reverse",
+    ("grading.interview_bank", "grading.interview_review"):
+        "the question bank is the bottom of 07's modules: the review imports it, not the reverse",
+    ("grading.interview_bank", "grading.interview"): "a part never imports its facade",
+    ("grading.interview_panel", "grading.interview"): "a part never imports its facade",
+    ("grading.interview_review", "grading.interview"): "a part never imports its facade",
+    ("grading.interview_panel", "grading.interview_review"):
+        "the widgets (a learner's kernel) need nothing of the instructor's review",
+    ("grading.interview_review", "grading.interview_panel"):
+        "the review runs without ipywidgets: it needs nothing of the widgets",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -149,6 +165,24 @@ def test_no_import_cycles():
     assert not stale, f"KNOWN_CYCLES lists cycles that are gone: {stale}; remove them"
 
 
+def _reachable(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for dep in imports_of(todo.pop()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+@pytest.mark.parametrize("pair", sorted(FORBIDDEN), ids="->".join)
+def test_forbidden_directions_inside_a_layer(pair):
+    importer, imported = pair
+    assert importer in MODULES and imported in MODULES, f"FORBIDDEN names a missing module: {pair}"
+    assert imported not in _reachable(importer), (
+        f"{importer} imports {imported} (directly or through other modules): {FORBIDDEN[pair]}")
+
+
 def test_the_checker_sees_imports():
     """The AST reader finds relative, absolute and importlib imports (a checker that found
     nothing would pass every test above)."""
@@ -156,3 +190,4 @@ def test_the_checker_sees_imports():
     assert "measure.tracker" in imports_of("lessons.checkpointing")
     assert "grading.course" in imports_of("grading.instructor")
     assert "grading.guard" in imports_of("grading")
+    assert "grading.interview_bank" in _reachable("grading.interview_panel")

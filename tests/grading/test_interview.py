@@ -1,4 +1,5 @@
-"""Tests for memlab.grading.interview (assignment 07 "Interview prep").
+"""Tests for memlab.grading.interview (assignment 07 "Interview prep"): the facade and its parts
+interview_bank, interview_panel and interview_review.
 
 What they pin: the question registry matches the source notebook (ids, kinds, points), the
 solution scores full marks through the same test code nbgrader runs, keys never reach the
@@ -67,6 +68,47 @@ def solution_answers(source):
     return values
 
 
+# -------------------------------------------------------------------------- facade
+# Every name memlab.grading.interview had before it was split into interview_bank (questions,
+# grading, practice), interview_panel (widgets) and interview_review (instructor's review).
+FACADE = {
+    "interview_bank": ["Question", "QUESTIONS", "TOPICS", "Practice", "PRACTICE", "REVIEW_MARKER",
+                       "COPY_SHARE", "FULL_TOL", "PARTIAL_TOL", "answer_of", "grade",
+                       "copied_share", "practice", "_PRIVATE", "_load_engine", "_ENGINE",
+                       "_engine", "_label_list", "_question", "_rubric"],
+    "interview_panel": ["SelfCheck", "StudyPanel", "self_check", "study_panel"],
+    "interview_review": ["ReviewItem", "answer_values", "review_notebook", "find_reviews",
+                         "format_reviews", "course_reviews", "main", "_regrade"],
+}
+
+
+def test_facade_re_exports_the_parts():
+    import importlib
+
+    for part, names in FACADE.items():
+        module = importlib.import_module(f"memlab.grading.{part}")
+        for name in names:
+            assert getattr(iv, name) is getattr(module, name), f"ml.interview.{name} is not {part}'s"
+    assert set(iv.__all__) <= {n for names in FACADE.values() for n in names}
+    assert memlab.interview is iv                        # the short name notebooks use
+    # the private engine: loaded once, from grading/'s files, apart from the public modules
+    assert iv._ENGINE[0].__name__ == f"{iv._PRIVATE}.rubric"
+    assert iv._ENGINE[1].__name__ == f"{iv._PRIVATE}.rubric_bank"
+    assert iv._ENGINE[0] is not memlab.grading.rubric
+    assert Path(iv._ENGINE[0].__file__).parent == Path(iv.__file__).parent
+
+
+def test_review_cli_runs_as_a_module(tmp_path):
+    """``python -m memlab.grading.interview review`` and its short name ``memlab.interview``."""
+    import subprocess
+    import sys
+
+    for module in ("memlab.grading.interview", "memlab.interview"):
+        proc = subprocess.run([sys.executable, "-m", module, "review", "--path", str(tmp_path)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "nothing flagged" in proc.stdout, (module, proc.stderr)
+
+
 # ------------------------------------------------------------------------ registry
 def test_registry_covers_the_issue():
     qs = iv.QUESTIONS
@@ -104,11 +146,16 @@ def test_release_and_package_hold_no_keys(keys):
     for gid, cell in _cells(release).items():
         text = _src(cell)
         assert "HIDDEN" not in text and not KEY_CALL.search(text), gid
-    package = Path(iv.__file__).read_text()
-    for qid, key in keys.items():
-        digits = repr(key).replace(".", "").strip("0")
-        if isinstance(key, float) and not key.is_integer() and len(digits) >= 3:  # distinctive
-            assert repr(key) not in package, f"the key of {qid} appears in memlab/interview.py"
+    # the facade and the modules it is made of (interview_bank holds the practice keys)
+    files = sorted(Path(iv.__file__).parent.glob("interview*.py"))
+    assert {f.stem for f in files} >= {"interview", "interview_bank", "interview_panel",
+                                       "interview_review"}
+    for path in files:
+        package = path.read_text()
+        for qid, key in keys.items():
+            digits = repr(key).replace(".", "").strip("0")
+            if isinstance(key, float) and not key.is_integer() and len(digits) >= 3:  # distinctive
+                assert repr(key) not in package, f"the key of {qid} appears in {path.name}"
 
 
 def test_solution_scores_full_marks_through_the_test_code(source, solution_answers, capsys):
@@ -413,6 +460,28 @@ def test_review_command_reads_the_course_layout(source, tmp_path, capsys):
     from memlab import instructor
     assert instructor.main(["--config", str(config), "reviews", "07_interview_prep"]) == 0
     assert "q2  [audit]" in capsys.readouterr().out
+
+
+def test_grade_class_report_gets_the_interview_audit(source, tmp_path):
+    """grade-class's class report lists the clean regrade's disagreements (its import of the
+    review is guarded, so a broken import would silently drop the audit)."""
+    from types import SimpleNamespace
+
+    from memlab.grading import grade_class
+
+    folder = tmp_path / "autograded" / "bob" / "07_interview_prep"
+    folder.mkdir(parents=True)
+    nb = _fake_autograded(source, {"answer_q2": 'answer_q2 = "1 GiB"'}, {"q2": 2.0})
+    (folder / "07_interview_prep.ipynb").write_text(json.dumps(nb))
+    (tmp_path / "source" / "07_interview_prep").mkdir(parents=True)
+    shutil.copy(SOURCE, tmp_path / "source" / "07_interview_prep")
+    cd = SimpleNamespace(autograded_directory="autograded", source_directory="source",
+                         format_path=lambda base, student, a: str(tmp_path / base / student / a))
+    results = [{"status": "ok", "student": "bob", "assignment": "07_interview_prep"},
+               {"status": "error", "student": "eve", "assignment": "07_interview_prep"}]
+    audits = grade_class._interview_audits(SimpleNamespace(coursedir=cd), results)
+    assert list(audits) == [("bob", "07_interview_prep")]
+    assert [line.split(" ", 2)[:2] for line in audits["bob", "07_interview_prep"]] == [["q2", "[audit]"]]
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@ Layer 3 of memlab (see docs/ARCHITECTURE.md): may import ``memlab.measure`` and
                grade_choice / grade_ordering), made of: answers (Result, untrusted input),
                quantities (numbers and units), choices, spelling (typo tolerance),
                concepts (the concept-rubric engine) and rubric_bank (the course's rubrics)
-- interview:   07's question registry, widgets and the instructor's review
+- interview:   07's face (``ml.interview``), re-exporting: interview_bank (questions,
+               grading of answers, practice variants), interview_panel (self-study
+               widgets) and interview_review (the instructor's review list)
 - grade_class: grading a whole class
 - audit:       static audit of answer cells before anything runs (issue 19)
 - sandbox:     bubblewrap around every graded kernel (issue 19)

@@ -1,7 +1,7 @@
 """Choice and ordering answers.
 
 Used by: :func:`memlab.grading.rubric.grade_choice` and :func:`memlab.grading.rubric.grade_ordering` (the
-quizzes of the notebooks and of :mod:`memlab.interview`).
+quizzes of the notebooks and of :mod:`memlab.grading.interview_bank`).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The concept-rubric engine behind ``ml.rubric.grade_text``: does an answer state the ideas?
 
 Used by: :mod:`memlab.grading.rubric` (``grade_text(answer, rubric_id)``), whose rubrics live in
-:mod:`memlab.grading.rubric_bank`; the graded written questions of 02-07 and :mod:`memlab.interview`.
+:mod:`memlab.grading.rubric_bank`; the graded written questions of 02-07 and
+:mod:`memlab.grading.interview_bank`.
 
 A :class:`Rubric` names the ideas a good answer contains (:class:`Concept`: a weight and a
 few vetted regular expressions) and the wrong claims that cost credit

@@ -1,8 +1,9 @@
 """nbgrader 0.9.6 driven through its Python API with the course configuration.
 
 The operations behind the instructor's CLI (:mod:`memlab.grading.instructor`), class grading
-(:mod:`memlab.grading.grade_class`) and the interview review (:mod:`memlab.grading.interview`):
-load the config, make an ``NbGraderAPI``, release, autograde, feedback, export.
+(:mod:`memlab.grading.grade_class`) and the interview review
+(:mod:`memlab.grading.interview_review`): load the config, make an ``NbGraderAPI``, release,
+autograde, feedback, export.
 One process for all students: the nbgrader CLI would pay ~5 s of start-up and ~3 s of
 ``import torch`` per call.
 

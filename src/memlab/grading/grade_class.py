@@ -1649,11 +1649,12 @@ def _duration(seconds: float) -> str:
 
 
 def _interview_audits(api, results: list[dict]) -> dict[tuple[str, str], list[str]]:
-    """Review items of :func:`memlab.interview.review_notebook` (a clean regrade of interview
-    answers outside the kernel, from the source notebook's tests) for each graded notebook."""
+    """Review items of :func:`memlab.grading.interview_review.review_notebook` (a clean
+    regrade of interview answers outside the kernel, from the source notebook's tests) for
+    each graded notebook."""
     audits: dict[tuple[str, str], list[str]] = {}
     try:
-        from . import interview
+        from . import interview_review
     except Exception:  # the interview module is optional for this command
         return audits
     cd = api.coursedir
@@ -1664,9 +1665,9 @@ def _interview_audits(api, results: list[dict]) -> dict[tuple[str, str], list[st
         for nb_path in sorted(folder.glob("*.ipynb")):
             source = Path(cd.format_path(cd.source_directory, ".", r["assignment"])) / nb_path.name
             try:
-                items = interview.review_notebook(nb_path, source if source.is_file() else None,
-                                                  student=r["student"], assignment=r["assignment"],
-                                                  notebook=nb_path.name)
+                items = interview_review.review_notebook(
+                    nb_path, source if source.is_file() else None, student=r["student"],
+                    assignment=r["assignment"], notebook=nb_path.name)
             except Exception as exc:
                 items = []
                 audits.setdefault((r["student"], r["assignment"]), []).append(

@@ -94,9 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "export":
             print(f"grades exported to {export(args.to, args.config)}")
         elif args.command == "reviews":
-            from memlab.grading import interview
+            from memlab.grading import interview_review as review
 
-            print(interview.format_reviews(interview.course_reviews(args.assignment, args.config)))
+            print(review.format_reviews(review.course_reviews(args.assignment, args.config)))
         elif args.command == "grade-class":
             from memlab.grading.grade_class import GradeSettings, grade_class
 

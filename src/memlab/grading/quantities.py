@@ -1,7 +1,7 @@
 """Numeric answers: quantities with units (bytes, time, ratios, counts), and their grader.
 
 Used by: :func:`memlab.grading.rubric.grade_numeric` / :func:`memlab.grading.rubric.parse_quantity` (the
-estimation exercises of 01 and 02, the numeric questions of :mod:`memlab.interview`).
+estimation exercises of 01 and 02, the numeric questions of :mod:`memlab.grading.interview_bank`).
 See :func:`grade_numeric` for the rules: GB = 10**9 and GiB = 2**30 bytes are converted
 into each other, but a number that is right only in the other unit system is a unit mix-up
 and scores 0 with a message; ``Mb``/``Gb`` (bits) are not ``MB``/``GB`` (bytes); a plain
@@ -211,7 +211,7 @@ def grade_numeric(
     ``expected`` is in ``unit`` (one of B/KB/MB/GB/TB, KiB/MiB/GiB/TiB, s/ms/us/min/h,
     %, x, params or "" for a plain count). An answer with a unit of the same kind is
     converted (GiB -> GB). ``abs_tol`` adds an absolute tolerance, in ``unit`` (useful
-    when ``expected`` is 0). Used by the numeric questions of 07 (:mod:`.interview`).
+    when ``expected`` is 0). Used by the numeric questions of 07 (:mod:`.interview_bank`).
 
     - A unit mix-up scores 0, whatever the tolerance, with a message that names it: a
       value off by exactly the decimal/binary factor (1.024 ... 1.0995, within 1%) or by

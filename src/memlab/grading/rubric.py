@@ -3,7 +3,7 @@
 Used by: the graded test cells of every assignment (``ml.rubric.grade_*(...)`` then
 ``result.points(max_points)`` as the cell's last expression, which nbgrader reads as
 partial credit), the self-study checks (``result.report()``, ``Rubric.model_answer``) and
-:mod:`memlab.interview` (07). A graded test cell::
+:mod:`memlab.grading.interview_bank` (07). A graded test cell::
 
     '''Q3: why checkpointing costs time (2 points, partial credit).'''
     result = ml.rubric.grade_text(answer_q3, "checkpointing_cost")

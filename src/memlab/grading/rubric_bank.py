@@ -4,8 +4,8 @@ Used by: the written questions of 02 (``checkpointing_cost``), 03 (``fp16_loss_s
 04 (``accumulation_equivalence``), 05 (``oom_before_batch``), 06 (``sharding_when_why``)
 and 07 (interview prep: all eight rubrics; ``activations_scaling``,
 ``allocated_vs_reserved``, ``sharding_when_why`` and ``kv_cache_tradeoff`` were written for it), and the self-study
-reveal of :mod:`memlab.interview` (``RUBRICS[id].model_answer`` / ``.explanation``, shown after
-an attempt; the text is public in this file anyway).
+reveal of :mod:`memlab.grading.interview_panel` (``RUBRICS[id].model_answer`` /
+``.explanation``, shown after an attempt; the text is public in this file anyway).
 
 Patterns are matched against normalised text (see :func:`memlab.grading.rubric.normalize`):
 lowercase, contractions expanded ("does not"), hyphens as spaces, ``fp16``/``bf16``/
