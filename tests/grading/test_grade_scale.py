@@ -89,7 +89,9 @@ def local(course):
     steps["rel_folder"] = _cli(base, "../class", "--student", "a")
     steps["rel_zip"] = _cli(base, "../class.zip")
     steps["abs_folder"] = _cli(base, str(base / "class"))
-    steps["abs_zip"] = _cli(base, str(base / "class.zip"), "--student", "b")
+    # unsandboxed on purpose: the one step that proves kernels are forked warm (a kernel under
+    # bubblewrap starts from its own argv and is never forked)
+    steps["abs_zip"] = _cli(base, str(base / "class.zip"), "--student", "b", "--no-sandbox")
     return base, steps
 
 
@@ -132,9 +134,17 @@ def test_absolute_zip_regrades_one_student(local):
     assert len(lines) == 3, "a once, b twice: nothing graded that was not asked for"
     import json
 
+    from memlab.grading import sandbox
+
     timings = [json.loads(x)["result"]["timings"] for x in lines]
-    assert all(t["kernels_warm"] == 1 and t["kernels_exec"] == 0 for t in timings), (
-        f"every kernel should be forked warm (no interpreter start): {timings}")
+    *earlier, last = timings
+    assert last["kernels_warm"] == 1 and last["kernels_exec"] == 0, (
+        f"an unsandboxed job's kernel should be forked warm (no interpreter start): {last}")
+    if sandbox.available()[0]:  # sandboxed jobs: their kernels start under bwrap, never forked
+        assert all(t["kernels_warm"] == 0 for t in earlier), earlier
+    else:
+        assert all(t["kernels_warm"] == 1 and t["kernels_exec"] == 0 for t in earlier), earlier
+    assert all(t["verdict"] > 0 for t in timings), "every job re-ran its tests outside the kernel"
     fb = base / "course" / "autograder" / "work" / "feedback" / "a" / A / f"{A}.html"
     assert fb.is_file(), "the grader copies the job's feedback HTML into the course"
 
