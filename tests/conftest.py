@@ -35,12 +35,30 @@ def _xdist_group(item) -> str | None:
     return "::".join(key)
 
 
+def _set_nodeid(item, nodeid: str) -> None:
+    """pytest >= 9 keeps the node id in ``_id`` (pytest-xdist 3.8 still writes ``_nodeid``,
+    which pytest 9 no longer reads: its loadgroup would silently not group)."""
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    loadgroup = bool(config.getvalue("loadgroup")) if hasattr(config.option, "loadgroup") else False
     for item in items:
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            # pytest-xdist reads the group from the node id (``<id>@<group>``), which its own
+            # worker hook sets by writing ``item._nodeid``: pytest 9 ignores that attribute, so
+            # every group was split across workers (each repeating the group's expensive
+            # fixture). Set the suffix here, where pytest 9 reads it.
+            if loadgroup and "@" not in item.nodeid.rsplit("::", 1)[-1]:
+                _set_nodeid(item, f"{item.nodeid}@{group}")
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -90,6 +108,7 @@ def pytest_terminal_summary(terminalreporter):
         per[a][1] += r["caught"]
     detail = ", ".join(f"{a}: {c}/{t}" for a, (t, c) in sorted(per.items()))
     terminalreporter.write_line(f"mutation corpus: {n} mutants, {m} caught ({detail})")
-    escaped = sorted(k.split("[", 1)[-1].rstrip("]") for k, r in _results.items() if not r["caught"])
+    escaped = sorted(k.split("@", 1)[0].split("[", 1)[-1].rstrip("]")
+                     for k, r in _results.items() if not r["caught"])
     if escaped:
         terminalreporter.write_line(f"mutants not caught: {', '.join(escaped)}")
