@@ -487,3 +487,20 @@ def test_graded_call_names_the_cause_of_raw_errors_and_warnings():
     with pytest.raises(KeyError):
         acc.graded_call(lambda: {}["x"])
     assert acc.graded_call(lambda a, b=0: a + b, 2, b=3) == 5
+
+
+def test_check_accumulation_default_survives_a_reload_of_its_module():
+    """Graded cells reload memlab.lessons.accumulation; 03's check (memlab.lessons.amp) holds a
+    check_accumulation imported before the reload, whose default amp_dtype must still mean
+    "not checked" (an object() sentinel compared by identity did not, after a reload)."""
+    import importlib
+
+    import memlab.lessons.accumulation as acc
+    from memlab.lessons import amp
+
+    before = acc.check_accumulation.__defaults__ if acc.check_accumulation.__defaults__ else ()
+    kw_default = acc.check_accumulation.__kwdefaults__["amp_dtype"]
+    importlib.reload(acc)
+    assert acc._is_unchecked(kw_default) and acc._is_unchecked(acc._UNCHECKED)
+    assert amp.check_accumulation.__kwdefaults__["amp_dtype"] == acc._UNCHECKED
+    del before
