@@ -117,7 +117,7 @@ def test_forged_report_lines_are_refused(tmp_path, sandboxed):
     assert _scores(found) == {"t1": 1}
     assert problem.startswith("the re-run's report was forged or garbled")
     grades = {"t1": [1.0, 1.0, False], "t2": [1.0, 1.0, False]}
-    reasons = verdict.combine(grades, found, problem, {"t1": 1.0, "t2": 1.0}, "n")
+    reasons = verdict.combine(grades, found, problem, {"t1": 1.0, "t2": 1.0})
     assert grades == {"t1": [1.0, 1.0, False], "t2": [0.0, 1.0, False]}
     assert len(reasons) == 1 and reasons[0].startswith("t2 scores 0: the re-run's report was forged")
 
@@ -159,7 +159,7 @@ def test_combine_keeps_the_lower_score_and_says_why():
     found = {"t1": verdict.Verdict("t1", 0.0, 2.0, "failed: AssertionError: x"),
              "t2": verdict.Verdict("t2", 2.0, 2.0, ""),
              "t3": verdict.Verdict("t3", 2.0, 2.0, "")}
-    reasons = verdict.combine(grades, found, "", {"t1": 2, "t2": 2, "t3": 2}, "n")
+    reasons = verdict.combine(grades, found, "", {"t1": 2, "t2": 2, "t3": 2})
     assert grades["t1"][0] == 0.0 and grades["t2"][0] == 1.0 and grades["t3"][0] == 2.0
     assert grades["manual"] == [None, 3.0, True]
     assert reasons == ["t1 scored 0 of 2 in the independent re-run outside the learner's kernel "

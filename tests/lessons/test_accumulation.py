@@ -498,9 +498,7 @@ def test_check_accumulation_default_survives_a_reload_of_its_module():
     import memlab.lessons.accumulation as acc
     from memlab.lessons import amp
 
-    before = acc.check_accumulation.__defaults__ if acc.check_accumulation.__defaults__ else ()
     kw_default = acc.check_accumulation.__kwdefaults__["amp_dtype"]
     importlib.reload(acc)
     assert acc._is_unchecked(kw_default) and acc._is_unchecked(acc._UNCHECKED)
     assert amp.check_accumulation.__kwdefaults__["amp_dtype"] == acc._UNCHECKED
-    del before

@@ -1111,7 +1111,7 @@ class _VerdictRuns:
         for name, (trusted, points) in self.sources.items():
             if name in grades:
                 found, problem = self.found.get(name, ({}, "the re-run gave no verdict"))
-                reasons += verdict.combine(grades[name], found, problem, points, name)
+                reasons += verdict.combine(grades[name], found, problem, points)
         return reasons
 
 

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .audit import _meta, _src  # the same reading of a cell's nbgrader metadata and source
+
 __all__ = ["Verdict", "program_of", "rerun", "score", "combine", "main"]
 
 PROGRAM = "program.json"
@@ -64,22 +66,13 @@ class Verdict:
 
 # ------------------------------------------------------------------ the grader's side
 
-def _meta(cell) -> dict:
-    return (cell.get("metadata") or {}).get("nbgrader") or {}
-
-
-def _src(cell) -> str:
-    s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else s
-
-
 def program_of(nb, trusted: Mapping[str, str], points: Mapping[str, float]) -> list[dict]:
     """The code cells the re-run executes, in order: ``{"kind", "grade_id", "source",
     "points"}``. ``trusted``: grade_id -> source of every locked cell (test cells included), as
     the gradebook holds them; ``points``: test grade_id -> max score, from the gradebook.
 
     A cell whose grade_id names a locked cell runs the trusted source; a test cell the
-    submission lacks is still run (at its place in the release is unknown here, so at the end);
+    submission lacks is still run, at the end (its place in the release is not known here);
     cells of any other kind run as submitted (after the audit)."""
     cells: list[dict] = []
     seen: set[str] = set()
@@ -228,7 +221,7 @@ def parse(raw: bytes, program: list[dict], points: Mapping[str, float], key: str
 
 
 def combine(grades: dict[str, list], verdicts: Mapping[str, Verdict], problem: str,
-            points: Mapping[str, float], notebook: str) -> list[str]:
+            points: Mapping[str, float]) -> list[str]:
     """Lower each test cell's nbgrader score (``grades``: grade_id -> [auto, max, manual],
     edited in place) to the re-run's; return the reasons for every cell it lowered."""
     reasons: list[str] = []
