@@ -6,8 +6,12 @@ A module of its own, not conftest.py: a test folder may have its own conftest.py
 """
 from __future__ import annotations
 
+import ast
+import builtins
 import copy
+import re
 import shutil
+import symtable
 from pathlib import Path
 from typing import Iterable
 
@@ -18,6 +22,110 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def nbgrader_meta(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def strip_solution_markers(source: str) -> str:
+    """The solution's answer as a learner would type it: the marker lines removed."""
+    return _MARKER.sub("", source)
+
+
+def defined_and_read(source: str) -> tuple[set[str], set[str]]:
+    """(names a cell defines at top level, names it reads anywhere); empty for a syntax error."""
+    try:
+        tree = ast.parse(strip_solution_markers(source))
+    except SyntaxError:
+        return set(), set()
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return defined, used
+
+
+def free_names(source: str) -> set[str]:
+    """Names a cell reads from the notebook's globals (not bound in the cell or its functions)."""
+    try:
+        top = symtable.symtable(strip_solution_markers(source), "<cell>", "exec")
+    except SyntaxError:
+        return set()
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    free: set[str] = set()
+
+    def walk(table) -> None:
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (table is top or sym.is_global()) and sym.get_name() not in bound:
+                free.add(sym.get_name())
+        for child in table.get_children():
+            walk(child)
+
+    walk(top)
+    return free
+
+
+def _graded(cell) -> bool:
+    m = nbgrader_meta(cell)
+    return bool(m.get("solution") or m.get("grade"))
+
+
+def setup_cells_needed(solution_nb, extra_sources: Iterable[str] = ()) -> set[str]:
+    """grade_ids of the read-only code cells that define names the graded cells (answers and
+    tests of ``solution_nb``, hidden parts included) or ``extra_sources`` (what a submission put
+    in its own cells) read from the notebook, transitively: 05's ``SPEC``, ``BUDGETS`` and
+    ``ref``, 06's ``runs``. The other demo cells may be left out of a submission."""
+    code = [c for c in solution_nb.cells if c.cell_type == "code"]
+    graded = [c for c in code[1:] if _graded(c)]
+    other = [c for c in code[1:] if not _graded(c)]
+    provided = set(dir(builtins)) | (defined_and_read(code[0].source)[0] if code else set())
+    for c in graded:
+        provided |= defined_and_read(c.source)[0]
+    wanted = set()
+    for src in [c.source for c in graded] + list(extra_sources):
+        wanted |= free_names(src) - provided
+    keep: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for c in other:
+            gid = nbgrader_meta(c).get("grade_id")
+            if gid and gid not in keep and defined_and_read(c.source)[0] & wanted:
+                keep.add(gid)
+                wanted |= free_names(c.source) - provided
+                grew = True
+    return keep
+
+
+def trim_to_graded(nb, solution_nb, keep: Iterable[str] = ()):
+    """A copy of the submission ``nb`` without the demo cells grading does not need.
+
+    Kept: markdown, the first code cell (imports, ``device``), answer and graded test cells,
+    cells the learner added (no grade_id), the cells named in ``keep``, and the read-only cells
+    that define names any kept cell reads (:func:`setup_cells_needed`, from the solution's
+    graded cells and the submission's own cells). A learner may delete demo cells too (nbgrader
+    restores only graded ones): they do not change a grade, and running them for every variant
+    of a corpus costs minutes. Controls trimmed the same way must keep full marks (the
+    mutation corpus's control student proves it per assignment)."""
+    keep = set(keep)
+    own = [c.source for c in nb.cells if c.cell_type == "code"
+           and (nbgrader_meta(c).get("solution") or not nbgrader_meta(c).get("grade_id")
+                or nbgrader_meta(c).get("grade_id") in keep)]
+    keep |= setup_cells_needed(solution_nb, own)
+    nb = copy.deepcopy(nb)
+    cells, first_code = [], True
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if (cell.cell_type != "code" or first_code or _graded(cell) or not gid or gid in keep):
+            cells.append(cell)
+        if cell.cell_type == "code":
+            first_code = False
+    nb.cells = cells
+    return nb
 
 
 def with_answer(nb, grade_id: str, source: str):

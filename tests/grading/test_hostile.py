@@ -1,6 +1,9 @@
 """Issue 19: a hostile corpus of 01-07 (tests/hostile/corpus.py) graded in ONE grade-class batch
 next to honest controls (every assignment's solution, and its blank release: they also prove
 that the verdict re-run outside the learner's kernel leaves a correct solution its full marks).
+Hostile submissions leave out the demo cells grading does not need (a learner may delete them;
+``course_support.trim_to_graded`` keeps the attacked cell and every cell it reads from); the
+controls are whole notebooks.
 
 Each hostile submission gets at most what the blank notebook of its assignment gets, and is
 held by the layer it names (the audit's reason, the sandbox's empty view, or metadata repaired
@@ -28,6 +31,7 @@ from memlab.grading import sandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hostile.corpus import HOSTILE, VERDICT_ONLY  # noqa: E402
+from course_support import trim_to_graded  # noqa: E402  (tests/)
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir()
@@ -94,9 +98,10 @@ def _write(course: Path, dest: Path, students: list[str]) -> None:
             nb = _honest(release, nbformat.read(course / "solutions" / a / rel_path.name, as_version=4))
         elif student.startswith("blank_"):
             nb = release
-        else:
+        else:  # trimmed of the demo cells (as a learner may delete them): the attack is kept
             _, gid, _, change = {**HOSTILE, **VERDICT_ONLY}[student]
-            nb = _hostile(release, gid, change)
+            solution = nbformat.read(course / "solutions" / a / rel_path.name, as_version=4)
+            nb = trim_to_graded(_hostile(release, gid, change), solution, keep={gid})
         folder = dest / student / a
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / rel_path.name)

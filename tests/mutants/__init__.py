@@ -25,14 +25,13 @@ Fields:
 """
 from __future__ import annotations
 
-import ast
-import builtins
 import copy
 import importlib.util
 import re
-import symtable
 from dataclasses import dataclass
 from pathlib import Path
+
+from course_support import defined_and_read, strip_solution_markers, trim_to_graded  # tests/
 
 __all__ = ["Mutant", "MutantError", "assignments", "load", "apply", "submission", "answers_needed",
            "strip_solution_markers"]
@@ -95,14 +94,6 @@ def _meta(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
 
 
-_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
-
-
-def strip_solution_markers(source: str) -> str:
-    """The solution's answer as a learner would type it: the marker lines removed."""
-    return _MARKER.sub("", source)
-
-
 def apply(nb, mutant: Mutant):
     """A copy of the solution notebook ``nb`` with ``mutant`` applied (markers kept).
 
@@ -124,23 +115,6 @@ def apply(nb, mutant: Mutant):
     return nb
 
 
-def _names(source: str) -> tuple[set[str], set[str]]:
-    """(names an answer cell defines at top level, names it reads anywhere)."""
-    try:
-        tree = ast.parse(strip_solution_markers(source))
-    except SyntaxError:
-        return set(), set()
-    defined = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return defined, used
-
-
 def answers_needed(solution_nb, mutant: Mutant | None) -> set[str] | None:
     """grade_ids of the answer cells a mutant's submission fills in (None: all of them).
 
@@ -157,7 +131,7 @@ def answers_needed(solution_nb, mutant: Mutant | None) -> set[str] | None:
         m = _meta(cell)
         if m.get("solution") and cell.cell_type == "code":
             last_answer = m["grade_id"]
-            answers[last_answer] = _names(cell.source)
+            answers[last_answer] = defined_and_read(cell.source)
         elif m.get("grade") and not m.get("solution") and last_answer:
             tested_by[m["grade_id"]] = last_answer
     need = {mutant.cell} | {tested_by[g] for g in mutant.lose if g in tested_by}
@@ -169,53 +143,6 @@ def answers_needed(solution_nb, mutant: Mutant | None) -> set[str] | None:
                 need.add(gid)
                 todo.append(gid)
     return need
-
-
-def _free_names(source: str) -> set[str]:
-    """Names a cell reads from the notebook's globals (not bound in the cell or its functions)."""
-    try:
-        top = symtable.symtable(strip_solution_markers(source), "<cell>", "exec")
-    except SyntaxError:
-        return set()
-    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
-    free: set[str] = set()
-
-    def walk(table) -> None:
-        for sym in table.get_symbols():
-            if sym.is_referenced() and (table is top or sym.is_global()) and sym.get_name() not in bound:
-                free.add(sym.get_name())
-        for child in table.get_children():
-            walk(child)
-
-    walk(top)
-    return free
-
-
-def _setup_cells_needed(solution_nb) -> set[str]:
-    """grade_ids of the read-only code cells that define names the graded cells (answers and
-    tests, hidden parts included) read from the notebook, transitively: 05's ``SPEC``,
-    ``BUDGETS`` and ``ref``, 06's ``runs``. They stay in a trimmed submission; the other demo
-    cells are left out."""
-    code = [c for c in solution_nb.cells if c.cell_type == "code"]
-    graded = [c for c in code[1:] if _meta(c).get("solution") or _meta(c).get("grade")]
-    other = [c for c in code[1:] if not (_meta(c).get("solution") or _meta(c).get("grade"))]
-    provided = set(dir(builtins)) | (_names(code[0].source)[0] if code else set())
-    for c in graded:
-        provided |= _names(c.source)[0]
-    wanted = set()
-    for c in graded:
-        wanted |= _free_names(c.source) - provided
-    keep: set[str] = set()
-    grew = True
-    while grew:
-        grew = False
-        for c in other:
-            gid = _meta(c).get("grade_id")
-            if gid and gid not in keep and _names(c.source)[0] & wanted:
-                keep.add(gid)
-                wanted |= _free_names(c.source) - provided
-                grew = True
-    return keep
 
 
 def submission(solution_nb, released_nb, mutant: Mutant | None = None):
@@ -233,8 +160,7 @@ def submission(solution_nb, released_nb, mutant: Mutant | None = None):
                if _meta(c).get("solution") and _meta(c).get("grade_id")}
     need = answers_needed(solution_nb, mutant)
     nb = copy.deepcopy(released_nb)
-    setup_cells = _setup_cells_needed(source_nb)
-    seen, cells, first_code = set(), [], True
+    seen = set()
     for cell in nb.cells:
         m = _meta(cell)
         gid = m.get("grade_id")
@@ -242,14 +168,7 @@ def submission(solution_nb, released_nb, mutant: Mutant | None = None):
             seen.add(gid)
             if need is None or gid in need:
                 cell.source = strip_solution_markers(answers[gid])
-        keep = (cell.cell_type != "code" or first_code or m.get("solution") or m.get("grade")
-                or gid in setup_cells)
-        if cell.cell_type == "code":
-            first_code = False
-        if keep:
-            cells.append(cell)
     missing = sorted(set(answers) - seen)
     if missing:
         raise MutantError(f"answer cells {missing} are in solutions/ but not in the release: run `make release`")
-    nb.cells = cells
-    return nb
+    return trim_to_graded(nb, source_nb)

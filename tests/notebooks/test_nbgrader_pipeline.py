@@ -10,7 +10,9 @@ Students per assignment:
     sol      the solution notebook itself: full marks, no error, nothing on stderr
     blank    the released notebook untouched: 0 points; every autograder test cell fails with
              NotImplementedError and no other cell errors
-    cheats   per-assignment cheats the hidden tests must reject (tests/cheats/<assignment>.py)
+    cheats   per-assignment cheats the hidden tests must reject (tests/cheats/<assignment>.py),
+             each the release with one answer written, trimmed of the demo cells grading does
+             not need (``course_support.trim_to_graded``)
 
 Also: notebooks/ equals a fresh release (never edited by hand), committed notebooks carry no
 outputs and one kernelspec, and source notebooks follow docs/AUTHORING.md.
@@ -33,7 +35,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import make_course, nbgrader_meta, with_answer  # noqa: F401
+from course_support import make_course, nbgrader_meta, trim_to_graded, with_answer  # noqa: F401
 from memlab.grading import instructor
 from memlab.tools import envcheck  # noqa: F401
 
@@ -89,7 +91,10 @@ def graded(request, course):
         students["blank"][src.name] = nbformat.read(released / src.name, as_version=4)
     for student, v in load_variants(assignment).items():
         name = f"{v['notebook']}.ipynb"
-        students[student] = {name: with_answer(students["blank"][name], v["grade_id"], v["source"].strip())}
+        # trimmed to what grading runs (no demo cells), as the mutation corpus is: a cheat is
+        # judged by the test cells, and the demo cells would cost every variant a full run
+        students[student] = {name: trim_to_graded(
+            with_answer(students["blank"][name], v["grade_id"], v["source"].strip()), students["sol"][name])}
     for student, notebooks in students.items():
         dest = _work(api, "submitted", student, assignment)
         shutil.copytree(released, dest, ignore=shutil.ignore_patterns("*.ipynb"))  # data files
