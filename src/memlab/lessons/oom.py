@@ -11,11 +11,11 @@ with ``torch.amp.GradScaler`` otherwise), activation checkpointing of every bloc
 accumulation (``micro_batch`` sequences per forward, ``accumulation_steps`` forwards per
 optimizer step). :func:`run_job` builds the job from scratch (same seed, same data) and runs it,
 optionally inside :func:`memlab.memory_budget`, and reports the peak, the loss on a held-out
-batch and a *sample counter*: the ids of the sequences each
-optimizer step trained on, seen by a forward pre-hook on the model. A configuration that keeps
-``micro_batch * accumulation_steps`` below the effective batch trains on fewer samples per step,
-and the counter shows it. :func:`time_per_step` times one effective batch against the plain job
-with ``torch.utils.benchmark.Timer`` (:mod:`memlab.measure.timing`): a ratio and its spread.
+batch and a *sample counter*: the ids of the sequences each optimizer step trained on, seen by a
+forward pre-hook on the model. A configuration that keeps ``micro_batch * accumulation_steps``
+below the effective batch trains on fewer samples per step, and the counter shows it.
+:func:`time_per_step` times one effective batch against the plain job with
+``torch.utils.benchmark.Timer`` (:mod:`memlab.measure.timing`): a ratio and its spread.
 
 What lives here, and what does not: nothing in this module is the answer to a graded exercise
 (learners can read it). It holds the job, the measurements, the budgets of the notebook (computed
@@ -48,7 +48,8 @@ from ..measure.units import fmt_bytes
 
 __all__ = [
     "JobSpec", "JobConfig", "JobResult", "amp_dtype", "sample_tokens", "build_job", "job_forward",
-    "run_job", "fits", "step_function", "time_per_step", "TimingResult", "reference", "clinic_budgets", "check_config_types",
+    "run_job", "fits", "step_function", "time_per_step", "TimingResult", "reference",
+    "clinic_budgets", "check_config_types",
     "check_job", "plot_results", "results_table",
 ]
 
