@@ -16,11 +16,19 @@ micro-batches of 32 against one batch of 256 (04 section 4's classifier), with
   warm-up, each k timed on its own, then divided);
 * ``benchmark.Timer``: ``acc.time_ratio`` as 04 uses it now (5 alternating rounds).
 
+``--case oom`` measures 05's ratio: one optimizer step of the notebook's job with the batch
+lowered to 8 against the plain job (16 sequences), one thread, with
+
+* ``hand-written``: 05's previous ``ml.oom.time_per_step`` (each configuration on its own:
+  4 steps timed with perf_counter, the first left out, the median);
+* ``benchmark.Timer``: ``ml.oom.time_per_step`` as 05 uses it now (5 alternating rounds).
+
 and prints every ratio, their range over the trials, and the seconds each method took.
 Not a test: the numbers depend on the machine and its load.
 
     .venv/bin/python benchmarks/timing_stability.py --trials 5
     .venv/bin/python benchmarks/timing_stability.py --trials 5 --case accumulation
+    .venv/bin/python benchmarks/timing_stability.py --trials 3 --case oom
 """
 from __future__ import annotations
 
@@ -70,11 +78,34 @@ def accumulation_case():
     return "04: 8 micro-batches of 32 / one batch of 256", batch(32), batch(256), best_of_ratio
 
 
+def oom_case() -> None:
+    """05: batch 8 (lowered) against the plain job of 16, old and new timing."""
+    from memlab import oom
+    torch.set_num_threads(1)   # as 05 does on the CPU
+    spec = oom.JobSpec()
+    plain = oom.JobConfig(micro_batch=spec.effective_batch)
+    lowered = oom.JobConfig(micro_batch=spec.effective_batch // 2)
+
+    def old_seconds(config, steps=4):
+        step = oom.step_function(spec, config)
+        times = [timing.timed_call(step) for _ in range(steps)][1:]
+        return sorted(times)[len(times) // 2]
+
+    return ("05: batch 8 (lowered) / plain job of 16 (half the work per step)",
+            lambda: old_seconds(lowered) / old_seconds(plain),
+            lambda: oom.time_per_step(spec, lowered, plain).ratio)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--case", choices=("checkpointing", "accumulation"), default="checkpointing")
+    parser.add_argument("--case", choices=("checkpointing", "accumulation", "oom"),
+                        default="checkpointing")
     args = parser.parse_args()
+    if args.case == "oom":
+        title, old, new = oom_case()
+        compare(title, (("hand-written", old), ("benchmark.Timer", new)), args.trials)
+        return
     if args.case == "accumulation":
         title, full, plain, old = accumulation_case()
         report(title, full, plain, old, args.trials)
@@ -100,9 +131,14 @@ def main() -> None:
 
 
 def report(title, full, plain, old, trials) -> None:
+    compare(title, (("hand-written", lambda: old(full, plain)),
+                    ("benchmark.Timer", lambda: timing.time_ratio(full, plain, repeats=5).ratio)),
+            trials)
+
+
+def compare(title, methods, trials) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {title}")
-    for name, measure in (("hand-written", lambda: old(full, plain)),
-                          ("benchmark.Timer", lambda: timing.time_ratio(full, plain, repeats=5).ratio)):
+    for name, measure in methods:
         t0 = time.perf_counter()
         ratios = [measure() for _ in range(trials)]
         secs = (time.perf_counter() - t0) / trials

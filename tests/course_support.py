@@ -8,16 +8,35 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import copy
 import re
 import shutil
 import symtable
+import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def memlab_namespaces_restored() -> Iterator[None]:
+    """Code inside may ``importlib.reload`` memlab modules (as graded cells do); on exit every
+    memlab module imported before gets its old namespace back, so later tests in this worker see
+    the same function objects as before (identity checks, sentinels, the guard's originals)."""
+    saved = {name: dict(mod.__dict__) for name, mod in list(sys.modules.items())
+             if mod is not None and (name == "memlab" or name.startswith("memlab."))}
+    try:
+        yield
+    finally:
+        for name, namespace in saved.items():
+            mod = sys.modules.get(name)
+            if mod is not None:
+                mod.__dict__.clear()
+                mod.__dict__.update(namespace)
 
 
 def nbgrader_meta(cell) -> dict:

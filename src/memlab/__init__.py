@@ -88,6 +88,7 @@ MODULES = {
     "breakdown": "measure.breakdown", "budget": "measure.budget",
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
     "models": "measure.models", "formulas": "measure.formulas",
+    "training_spy": "measure.training_spy",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",

@@ -498,7 +498,11 @@ def test_check_accumulation_default_survives_a_reload_of_its_module():
     import memlab.lessons.accumulation as acc
     from memlab.lessons import amp
 
+    from course_support import memlab_namespaces_restored
+
     kw_default = acc.check_accumulation.__kwdefaults__["amp_dtype"]
-    importlib.reload(acc)
-    assert acc._is_unchecked(kw_default) and acc._is_unchecked(acc._UNCHECKED)
-    assert amp.check_accumulation.__kwdefaults__["amp_dtype"] == acc._UNCHECKED
+    with memlab_namespaces_restored():
+        importlib.reload(acc)
+        assert acc.check_accumulation is not amp.check_accumulation, "the reload changed nothing"
+        assert acc._is_unchecked(kw_default) and acc._is_unchecked(acc._UNCHECKED)
+        assert amp.check_accumulation.__kwdefaults__["amp_dtype"] == acc._UNCHECKED

@@ -5,9 +5,12 @@ import math
 
 import pytest
 import torch
+import torch.utils.benchmark
 
 import memlab as ml
 from memlab import oom
+
+_TIMER = torch.utils.benchmark.Timer
 
 SPEC = oom.JobSpec(hidden=32, heads=4, layers=2, seq=32, effective_batch=8, steps=3)
 E = SPEC.effective_batch
@@ -107,8 +110,61 @@ def test_run_job_validates():
         oom.run_job(SPEC, oom.JobConfig(micro_batch=0), steps=1)
 
 
-def test_time_per_step_is_positive():
-    assert 0 < oom.time_per_step(SPEC, PLAIN, steps=2) < 30
+def test_step_function_runs_the_same_step_as_run_job():
+    """The timed callable is run_job's own step: same first loss, and each call trains on."""
+    for config in (PLAIN, ALL3):
+        step = oom.step_function(SPEC, config)
+        first = step()
+        assert first == pytest.approx(oom.run_job(SPEC, config, steps=1, measure=False).losses[0], rel=1e-5)
+        assert step() < first, "a second call must train the model one more step"
+    with pytest.raises(ValueError, match="larger than the effective batch"):
+        oom.step_function(SPEC, oom.JobConfig(micro_batch=2 * E))
+
+
+class _RecordingTimer:
+    """torch.utils.benchmark.Timer, recording the threads it was given and its autoranges."""
+
+    made: list = []
+
+    def __init__(self, *args, **kwargs):
+        self._timer = _TIMER(*args, **kwargs)
+        _RecordingTimer.made.append({"num_threads": kwargs.get("num_threads"), "autoranges": 0})
+
+    def blocked_autorange(self, *args, **kwargs):
+        _RecordingTimer.made[-1]["autoranges"] += 1
+        return self._timer.blocked_autorange(*args, **kwargs)
+
+
+def test_time_per_step_is_torch_utils_benchmark_with_a_spread(monkeypatch):
+    """05 times each variant against the plain job with torch.utils.benchmark.Timer
+    (memlab.measure.timing.time_ratio): blocked_autorange in alternating rounds, the notebook's
+    thread count, positive times, and a spread of per-round ratios around the ratio."""
+    import torch.utils.benchmark as benchmark
+
+    from memlab.measure.timing import TimingResult
+
+    _RecordingTimer.made = []
+    monkeypatch.setattr(benchmark, "Timer", _RecordingTimer)
+    result = oom.time_per_step(SPEC, AMP, device="cpu", repeats=3, min_run_time=0.01)
+    assert type(result) is TimingResult
+    assert len(_RecordingTimer.made) == 2 * 3, "3 rounds of the config and the plain job"
+    assert all(t["autoranges"] == 1 and t["num_threads"] == 1 for t in _RecordingTimer.made)
+    assert result.median > 0 and result.baseline_median > 0
+    assert len(result.round_ratios) == 3 and all(r > 0 for r in result.round_ratios)
+    lo, hi = result.spread
+    assert lo <= hi and lo == min(result.round_ratios) and hi == max(result.round_ratios)
+    assert result.ratio == result.median / result.baseline_median
+
+
+def test_a_slower_config_measures_slower():
+    """One sequence per micro-batch with checkpointing (8 forwards, each block recomputed)
+    against the whole batch at once: far more, smaller ops, measured slower than the plain job
+    in every round; the same pair the other way round measures faster."""
+    slow = oom.JobConfig(checkpoint=True, micro_batch=1, accumulation_steps=E)
+    result = oom.time_per_step(SPEC, slow, device="cpu", repeats=3, min_run_time=0.01)
+    assert result.ratio > 1.5 and result.spread[0] > 1.0, str(result)
+    back = oom.time_per_step(SPEC, PLAIN, slow, device="cpu", repeats=3, min_run_time=0.01)
+    assert back.ratio < 1 / 1.5 and back.spread[1] < 1.0, str(back)
 
 
 # ------------------------------------------------------------------------- budgets
@@ -168,14 +224,22 @@ def test_results_table_and_plot(ref):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.container import ErrorbarContainer
+
     rows = [dict(variant="plain", peak=ref.peak_bytes, fits=False, seconds=0.1, time_ratio=1.0,
-                 loss=ref.eval_loss, reference_loss=ref.eval_loss),
+                 time_spread=None, loss=ref.eval_loss, reference_loss=ref.eval_loss),
             dict(variant="amp", peak=ref.peak_bytes // 2, fits=True, seconds=0.12, time_ratio=1.2,
-                 loss=ref.eval_loss, reference_loss=ref.eval_loss)]
+                 time_spread=(1.05, 1.31), loss=ref.eval_loss, reference_loss=ref.eval_loss)]
     text = oom.results_table(rows)
-    assert "plain" in text and "MiB" in text and "1.20x" in text
+    assert "plain" in text and "MiB" in text and "1.20x (1.05-1.31)" in text
+    assert " 120.0 " in text, "seconds are shown as milliseconds per effective batch"
     ax = oom.plot_results(rows, {"loose": ref.peak_bytes * 3 // 4})
     assert len(ax) == 2
+    bars = [c for c in ax[1].containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 1, "the time chart shows the spread as error bars"
+    (ranges,) = bars[0].lines[2]        # one horizontal segment per bar: (lo, y) -> (hi, y)
+    spans = [(round(float(a[0]), 2), round(float(b[0]), 2)) for a, b in ranges.get_segments()]
+    assert spans == [(1.0, 1.0), (1.05, 1.31)], spans
     plt.close("all")
 
 

@@ -30,21 +30,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 import mutants  # noqa: E402  (tests/mutants/)
+from course_support import memlab_namespaces_restored  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _memlab_modules_restored():
-    """04's cells run here in-process and ``importlib.reload`` memlab modules: afterwards every
-    memlab module gets its old namespace back, so tests that run later in this worker see the
-    same function objects as before (identity checks, sentinels, the guard's originals)."""
-    saved = {name: dict(mod.__dict__) for name, mod in list(sys.modules.items())
-             if mod is not None and (name == "memlab" or name.startswith("memlab."))}
-    yield
-    for name, namespace in saved.items():
-        mod = sys.modules.get(name)
-        if mod is not None:
-            mod.__dict__.clear()
-            mod.__dict__.update(namespace)
+    """04's cells run here in-process and ``importlib.reload`` memlab modules (memlab.accumulation
+    and, through it, memlab.measure.training_spy): afterwards every memlab module gets its old
+    namespace back."""
+    with memlab_namespaces_restored():
+        yield
 
 ASSIGNMENT = "04_accumulation"
 CELLS = ("setup", "train_with_accumulation", "test_train_with_accumulation",

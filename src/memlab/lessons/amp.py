@@ -7,7 +7,7 @@ tests/lessons/test_amp.py.
 What lives here, and what does not: nothing in this module is the answer to a graded exercise
 (learners can read it). It holds the number-format facts, a recorder of the dtype every op ran
 in, an injector of a non-finite gradient, the checks the graded tests run on a spied AMP step
-(the spy itself is :class:`memlab.accumulation.TrainingSpy`, shared with notebook 04), a toy
+(the spy itself is :class:`memlab.measure.training_spy.TrainingSpy`, shared with notebook 04), a toy
 regression task, and plots.
 
 Facts the notebook builds on (and cites):
@@ -43,7 +43,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .accumulation import TrainingSpy, check_accumulation, skip_until_written
+from ..measure.training_spy import TrainingSpy, check_accumulation, skip_until_written
 
 __all__ = [
     "FP16_MAX", "FP16_SMALLEST_NORMAL", "FP16_SMALLEST_SUBNORMAL",
@@ -317,9 +317,9 @@ def check_amp_steps(spy: TrainingSpy, batch_sizes: Sequence[int], *, max_norm: f
     """What is wrong with the AMP training steps ``spy`` watched (one batch per step), as
     sentences that say what to fix; an empty list when nothing is.
 
-    Everything :func:`memlab.accumulation.check_accumulation` checks with ``accum_steps=1`` and a
-    scaler (one forward and one backward per step, clean gradients when a step starts,
-    scale between forward and backward, one unscale_ then scaler.step then update per step,
+    Everything :func:`memlab.measure.training_spy.check_accumulation` checks with
+    ``accum_steps=1`` and a scaler (one forward and one backward per step, clean gradients when
+    a step starts, scale between forward and backward, one unscale_ then scaler.step then update per step,
     never optimizer.step directly, applied gradient norm <= max_norm), and, with ``clipped``
     (the caller made sure the unclipped gradient norm is above ``max_norm``), that the gradients
     applied have norm max_norm: clipping the still-scaled gradients (before unscale_) would leave

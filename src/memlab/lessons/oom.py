@@ -10,11 +10,12 @@ with ``torch.amp.GradScaler`` otherwise), activation checkpointing of every bloc
 (``checkpoint``: ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``) and gradient
 accumulation (``micro_batch`` sequences per forward, ``accumulation_steps`` forwards per
 optimizer step). :func:`run_job` builds the job from scratch (same seed, same data) and runs it,
-optionally inside :func:`memlab.memory_budget`, and reports the peak, the time per effective
-batch, the loss on a held-out batch and a *sample counter*: the ids of the sequences each
-optimizer step trained on, seen by a forward pre-hook on the model. A configuration that keeps
-``micro_batch * accumulation_steps`` below the effective batch trains on fewer samples per step,
-and the counter shows it.
+optionally inside :func:`memlab.memory_budget`, and reports the peak, the loss on a held-out
+batch and a *sample counter*: the ids of the sequences each optimizer step trained on, seen by a
+forward pre-hook on the model. A configuration that keeps ``micro_batch * accumulation_steps``
+below the effective batch trains on fewer samples per step, and the counter shows it.
+:func:`time_per_step` times one effective batch against the plain job with
+``torch.utils.benchmark.Timer`` (:mod:`memlab.measure.timing`): a ratio and its spread.
 
 What lives here, and what does not: nothing in this module is the answer to a graded exercise
 (learners can read it). It holds the job, the measurements, the budgets of the notebook (computed
@@ -31,9 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -42,12 +42,14 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 from ..measure.budget import memory_budget
 from ..measure.device import get_device
 from ..measure.models import TinyGPT
+from ..measure.timing import TimingResult, time_ratio
 from ..measure.tracker import MemoryTracker
 from ..measure.units import fmt_bytes
 
 __all__ = [
     "JobSpec", "JobConfig", "JobResult", "amp_dtype", "sample_tokens", "build_job", "job_forward",
-    "run_job", "fits", "time_per_step", "reference", "clinic_budgets", "check_config_types",
+    "run_job", "fits", "step_function", "time_per_step", "TimingResult", "reference",
+    "clinic_budgets", "check_config_types",
     "check_job", "plot_results", "results_table",
 ]
 
@@ -111,7 +113,6 @@ class JobResult:
     samples_per_step: list[int] = field(default_factory=list)
     sample_ids: list[int] = field(default_factory=list)
     optimizer_steps: int = 0
-    seconds_per_step: float = math.nan
     backend: str = ""
 
     def summary(self) -> str:
@@ -211,45 +212,52 @@ def _eval_loss(model: TinyGPT, spec: JobSpec, device: torch.device) -> float:
         return float(nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten()))
 
 
-def _train(model: TinyGPT, optimizer: torch.optim.Optimizer, spec: JobSpec, config: JobConfig,
-           device: torch.device, steps: int, batches: list, tracker: MemoryTracker | None = None,
-           step_times: list[float] | None = None) -> list[float]:
-    """The training loop. ``batches[step][k]`` = (ids, inputs, targets) of micro-batch k."""
+def _scaler(device: torch.device, config: JobConfig) -> torch.amp.GradScaler | None:
+    """A GradScaler where the job needs one: mixed precision in fp16 (a GPU without bf16)."""
+    if config.amp and amp_dtype(device) == torch.float16:
+        return torch.amp.GradScaler(device.type)
+    return None
+
+
+def _train_step(model: TinyGPT, optimizer: torch.optim.Optimizer, config: JobConfig,
+                device: torch.device, micro_batches: list, scaler: torch.amp.GradScaler | None,
+                phase: Any = None) -> float:
+    """One optimizer step over one effective batch: ``micro_batches`` = [(ids, inputs, targets)]
+    of its micro-batches. Returns the step's loss (the mean over the effective batch)."""
     dtype = amp_dtype(device)
-    scaler = torch.amp.GradScaler(device.type) if (config.amp and dtype == torch.float16) else None
     per_step = config.micro_batch * config.accumulation_steps
-    phase = tracker.phase if tracker is not None else (lambda name: contextlib.nullcontext())
-    losses = []
-    for step in range(steps):
-        if step_times is not None and device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for _ids, x, y in batches[step]:
-            with phase("forward"):
-                with torch.autocast(device.type, dtype=dtype, enabled=config.amp):
-                    logits = job_forward(model, x, config.checkpoint)
-                # The mean over this micro-batch, weighted by its share of the step's samples:
-                # the gradients add up to those of the mean over the whole step.
-                loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
-                loss = loss * (x.shape[1] / per_step)
-                del logits
-            with phase("backward"):
-                (scaler.scale(loss) if scaler is not None else loss).backward()
-            total += float(loss.detach())
-        with phase("optimizer"):
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-        if step_times is not None:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            step_times.append(time.perf_counter() - t0)
-        losses.append(total)
-    return losses
+    phase = phase if phase is not None else (lambda name: contextlib.nullcontext())
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for _ids, x, y in micro_batches:
+        with phase("forward"):
+            with torch.autocast(device.type, dtype=dtype, enabled=config.amp):
+                logits = job_forward(model, x, config.checkpoint)
+            # The mean over this micro-batch, weighted by its share of the step's samples:
+            # the gradients add up to those of the mean over the whole step.
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+            loss = loss * (x.shape[1] / per_step)
+            del logits
+        with phase("backward"):
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        total += float(loss.detach())
+    with phase("optimizer"):
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+    return total
+
+
+def _train(model: TinyGPT, optimizer: torch.optim.Optimizer, spec: JobSpec, config: JobConfig,
+           device: torch.device, steps: int, batches: list, tracker: MemoryTracker | None = None
+           ) -> list[float]:
+    """The training loop. ``batches[step][k]`` = (ids, inputs, targets) of micro-batch k."""
+    scaler = _scaler(device, config)
+    phase = tracker.phase if tracker is not None else None
+    return [_train_step(model, optimizer, config, device, batches[step], scaler, phase)
+            for step in range(steps)]
 
 
 def _make_batches(spec: JobSpec, config: JobConfig, steps: int, device: torch.device) -> list:
@@ -276,7 +284,7 @@ def run_job(spec: JobSpec, config: JobConfig, *, budget_bytes: int | None = None
     on CUDA with ``backend="auto"``; the tracker's budget on the CPU, and on CUDA with
     ``backend="cpu-tracker"``, which counts exactly the same tensors on both devices). Model,
     optimizer and all the step's batches count from the start. ``measure=False``: no tracker at
-    all (for timing: the CPU tracker slows every op down).
+    all (the losses and the sample counter only). Time is measured by :func:`time_per_step`.
     """
     _validate(spec, config)
     dev = get_device(device)
@@ -295,7 +303,6 @@ def run_job(spec: JobSpec, config: JobConfig, *, budget_bytes: int | None = None
     # embedding, which sees every sequence once per forward (checkpointing recomputes blocks only).
     handle = model.tok.register_forward_pre_hook(count)
     ids_trained: list[int] = []
-    step_times: list[float] = []
     losses: list[float] = []
     result = JobResult(config=config, fits=True, peak_bytes=None, initial_eval_loss=initial,
                        backend="none")
@@ -321,7 +328,7 @@ def run_job(spec: JobSpec, config: JobConfig, *, budget_bytes: int | None = None
             result.peak_bytes = tracker.peak_bytes
             result.backend = tracker.backend
         else:
-            losses = _train(model, optimizer, spec, config, dev, steps, batches, None, step_times)
+            losses = _train(model, optimizer, spec, config, dev, steps, batches, None)
     finally:
         handle.remove()
         step_hook.remove()
@@ -335,10 +342,6 @@ def run_job(spec: JobSpec, config: JobConfig, *, budget_bytes: int | None = None
     result.samples_per_step = counts
     result.sample_ids = ids_trained
     result.optimizer_steps = n_steps["n"]
-    if step_times:
-        # The first step also builds the optimizer state and warms up kernels: left out.
-        usable = step_times[1:] or step_times
-        result.seconds_per_step = sorted(usable)[len(usable) // 2]
     if result.fits:
         result.eval_loss = _eval_loss(model, spec, dev)
     return result
@@ -356,11 +359,40 @@ def fits(spec: JobSpec, config: JobConfig, budget_bytes: int, *,
                    backend=backend).fits
 
 
-def time_per_step(spec: JobSpec, config: JobConfig, *, device: str | torch.device | None = None,
-                  steps: int = 4) -> float:
-    """Median wall-clock seconds per optimizer step (one effective batch), without a tracker,
-    the first step left out (it allocates the optimizer state)."""
-    return run_job(spec, config, device=device, steps=steps, measure=False).seconds_per_step
+def step_function(spec: JobSpec, config: JobConfig, device: str | torch.device | None = None
+                  ) -> Callable[[], float]:
+    """A callable that runs one optimizer step of the job (one effective batch, the first
+    step's samples, in ``config``'s micro-batches) on a model and optimizer built for it, the
+    same step as :func:`run_job` runs, without a tracker. Each call trains the model one more
+    step on the same samples; it returns the step's loss."""
+    _validate(spec, config)
+    dev = get_device(device)
+    model, optimizer = build_job(spec, dev)
+    micro_batches = _make_batches(spec, config, 1, dev)[0]
+    scaler = _scaler(dev, config)
+    return lambda: _train_step(model, optimizer, config, dev, micro_batches, scaler)
+
+
+def time_per_step(spec: JobSpec, config: JobConfig, baseline: JobConfig | None = None, *,
+                  device: str | torch.device | None = None, repeats: int = 5,
+                  min_run_time: float = 0.05) -> TimingResult:
+    """Seconds per optimizer step (one effective batch) of ``config`` against ``baseline``
+    (default: the plain job), measured together with ``torch.utils.benchmark.Timer``
+    (:func:`memlab.measure.timing.time_ratio`): one warm-up step each (it allocates the optimizer
+    state), the current number of threads for both, CUDA synchronised, ``blocked_autorange`` in
+    ``repeats`` rounds that alternate the two, so a machine that slows down slows both.
+
+    Returns a :class:`memlab.measure.timing.TimingResult`: ``median`` and ``baseline_median``
+    (seconds per effective batch), ``ratio`` (config / baseline) and ``spread`` (the lowest and
+    highest per-round ratio: show it next to the ratio). Compare ratios measured this way only
+    with each other, each against its own baseline run.
+    """
+    if baseline is None:
+        baseline = JobConfig(micro_batch=spec.effective_batch)
+    dev = get_device(device)
+    fn = step_function(spec, config, dev)
+    base = step_function(spec, baseline, dev)
+    return time_ratio(fn, base, repeats=repeats, warmup=1, device=dev, min_run_time=min_run_time)
 
 
 # ---------------------------------------------------------------------------- budgets
@@ -487,25 +519,36 @@ def check_job(spec: JobSpec, config: Any, budget_bytes: int, reference_loss: flo
 
 
 # --------------------------------------------------------------------------- reporting
+def _time_cell(r: dict[str, Any]) -> str:
+    ratio = r.get("time_ratio", math.nan)
+    spread = r.get("time_spread")
+    if spread is None:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.2f}x ({spread[0]:.2f}-{spread[1]:.2f})"
+
+
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     """Aligned text of the notebook's results: one row per variant with keys ``variant``,
-    ``peak`` (bytes or None), ``fits``, ``seconds`` (per effective batch), ``time_ratio``,
-    ``loss`` (held-out) and ``reference_loss``."""
-    head = f"{'variant':>24} {'peak':>11} {'fits':>5} {'s/eff. batch':>13} {'time':>6} {'loss':>7} {'vs ref':>7}"
+    ``peak`` (bytes or None), ``fits``, ``seconds`` (per effective batch), ``time_ratio``
+    (against the plain job), ``time_spread`` (the lowest and highest per-round ratio, or None
+    for the plain job itself), ``loss`` (held-out) and ``reference_loss``."""
+    head = (f"{'variant':>24} {'peak':>11} {'fits':>5} {'ms/eff. batch':>13} "
+            f"{'time vs plain (5 rounds)':>24} {'loss':>7} {'vs ref':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         peak = fmt_bytes(r["peak"]) if r.get("peak") is not None else "-"
         loss = r.get("loss", math.nan)
         ref = r.get("reference_loss", math.nan)
         lines.append(f"{r['variant']:>24} {peak:>11} {('yes' if r['fits'] else 'NO'):>5} "
-                     f"{r.get('seconds', math.nan):>13.3f} {r.get('time_ratio', math.nan):>5.2f}x "
+                     f"{1e3 * r.get('seconds', math.nan):>13.1f} {_time_cell(r):>24} "
                      f"{loss:>7.3f} {loss - ref:>+7.3f}")
     return "\n".join(lines)
 
 
 def plot_results(rows: Sequence[dict[str, Any]], budgets: dict[str, int] | None = None, ax: Any = None):
     """Two bar charts side by side: peak memory (with the budgets as lines) and time per
-    effective batch relative to the plain job, one bar per variant."""
+    effective batch relative to the plain job, one bar per variant, with the spread of the
+    per-round ratios (``time_spread``) as an error bar."""
     import matplotlib.pyplot as plt
 
     from ..measure.units import MiB
@@ -521,9 +564,13 @@ def plot_results(rows: Sequence[dict[str, Any]], budgets: dict[str, int] | None 
         ax[0].text(b / MiB, len(rows) - 0.5, f" {name}", va="bottom", fontsize=8)
     ax[0].set_xlabel("peak memory (MiB)")
     ax[0].invert_yaxis()
-    ax[1].barh(names, [r.get("time_ratio", math.nan) for r in rows], color="tab:blue")
+    ratios = [r.get("time_ratio", math.nan) for r in rows]
+    spreads = [r.get("time_spread") or (q, q) for r, q in zip(rows, ratios)]
+    err = [[max(0.0, q - lo) for q, (lo, _) in zip(ratios, spreads)],
+           [max(0.0, hi - q) for q, (_, hi) in zip(ratios, spreads)]]
+    ax[1].barh(names, ratios, color="tab:blue", xerr=err, capsize=3)
     ax[1].axvline(1.0, ls="--", color="k", lw=1)
-    ax[1].set_xlabel("time per effective batch (x plain job)")
+    ax[1].set_xlabel("time per effective batch (x plain job; bars: per-round range)")
     ax[1].invert_yaxis()
     ax[1].set_yticklabels([])
     ax[0].figure.tight_layout()

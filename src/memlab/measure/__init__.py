@@ -12,5 +12,6 @@ Layer 1 of memlab (see docs/ARCHITECTURE.md): modules here import nothing from
 - formulas:  published formulas (ZeRO, Hugging Face, Korthikanti, Chen)
 - models:    the course's small models (MLPBlock, MLPStack, GPT2Block, TinyGPT)
 - timing:    repeatable timing of a call
+- training_spy: a spy on a training loop and the checks of what it saw (03, 04)
 - plots:     memory timelines
 """

@@ -1,7 +1,9 @@
 """Wall-clock timing of training steps with PyTorch's own tool, ``torch.utils.benchmark.Timer``.
 
 Used by: 02 (checkpointing cost as a time ratio, via ``memlab.checkpointing``), 04 (time per
-effective batch against k = 1, via ``memlab.accumulation.time_ratio``), the benchmarks.
+effective batch against k = 1, via ``memlab.accumulation.time_ratio``), 05 (each remedy's
+time per effective batch against the plain job, via ``memlab.oom.time_per_step``), the
+benchmarks.
 
 Why ``torch.utils.benchmark.Timer`` (https://pytorch.org/docs/stable/benchmark_utils.html,
 and the tutorial https://pytorch.org/tutorials/recipes/recipes/benchmark.html) and not a
