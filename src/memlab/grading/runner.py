@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .audit import REVIEW_PREFIX as REVIEW_MARKER  # the line rubric and audit print for review
+from .audit import REVIEW_PREFIX as REVIEW_MARKER  # "NEEDS MANUAL REVIEW:" (as interview_bank's)
 from .audit import _meta
 from .intake import _read_tree, _write_tree
 
