@@ -81,16 +81,8 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
         return _Child(popen.pid, popen)
     with _ZYGOTE_LOCK:
         for attempt in range(2):
-            if _ZYGOTE is None or _ZYGOTE.poll() is not None:
-                _ZYGOTE = subprocess.Popen(
-                    [sys.executable, "-c", f"from {__name__} import _zygote_main; _zygote_main()"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(),
-                    start_new_session=True)
-                if _ZYGOTE.stdout.readline().strip() != b"ready":
-                    _ZYGOTE.kill()
-                    _ZYGOTE.wait()
-                    _ZYGOTE = None
-                    continue
+            if _zygote_locked() is None:
+                continue
             try:
                 kernels = len(job["course"]["notebooks"]) if isinstance(job["course"], dict) else 1
                 if sandbox_state(job["settings"])[0]:
@@ -106,18 +98,25 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
         raise RuntimeError("the warm grading process could not start (run with warm=False to see why)")
 
 
+def _zygote_locked() -> subprocess.Popen | None:
+    """This process's zygote, started now if it is not running (None: it did not start).
+    Call with ``_ZYGOTE_LOCK`` held."""
+    global _ZYGOTE
+    if _ZYGOTE is None or _ZYGOTE.poll() is not None:
+        _ZYGOTE = subprocess.Popen(
+            [sys.executable, "-c", f"from {__name__} import _zygote_main; _zygote_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), start_new_session=True)
+        if _ZYGOTE.stdout.readline().strip() != b"ready":
+            _ZYGOTE.kill()
+            _ZYGOTE.wait()
+            _ZYGOTE = None
+    return _ZYGOTE
+
+
 def warm_up() -> None:
     """Start this process's zygote now (a pool initializer: the first job then pays nothing)."""
-    global _ZYGOTE
     with _ZYGOTE_LOCK:
-        if _ZYGOTE is None or _ZYGOTE.poll() is not None:
-            _ZYGOTE = subprocess.Popen(
-                [sys.executable, "-c", f"from {__name__} import _zygote_main; _zygote_main()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), start_new_session=True)
-            if _ZYGOTE.stdout.readline().strip() != b"ready":
-                _ZYGOTE.kill()
-                _ZYGOTE.wait()
-                _ZYGOTE = None
+        _zygote_locked()
 
 
 def _set_pdeathsig() -> None:
