@@ -40,6 +40,28 @@ FORBIDDEN: dict[tuple[str, str], str] = {
         "the widgets (a learner's kernel) need nothing of the instructor's review",
     ("grading.interview_review", "grading.interview_panel"):
         "the review runs without ipywidgets: it needs nothing of the widgets",
+    # Class grading: grade_class (orchestration and facade) over intake < runner < warm < jobs,
+    # and merge, report (the grader's side of a result).
+    ("grading.intake", "grading.grade_class"): "a part never imports its facade",
+    ("grading.runner", "grading.grade_class"): "a part never imports its facade",
+    ("grading.warm", "grading.grade_class"): "a part never imports its facade",
+    ("grading.jobs", "grading.grade_class"): "a part never imports its facade",
+    ("grading.merge", "grading.grade_class"): "a part never imports its facade",
+    ("grading.report", "grading.grade_class"): "a part never imports its facade",
+    ("grading.intake", "grading.runner"):
+        "intake is the bottom of class grading: reading a submission needs nothing of grading it",
+    ("grading.runner", "grading.warm"):
+        "the grading in the child knows nothing of how its process was started (warm hands in "
+        "the kernel manager's name and counts)",
+    ("grading.runner", "grading.jobs"):
+        "the child grades the job it is given: making jobs and waiting for them is above it",
+    ("grading.warm", "grading.jobs"):
+        "the processes run a job; making jobs and waiting for them is above them",
+    ("grading.merge", "grading.runner"):
+        "merging trusts nothing of the runner: a result is checked as data (validate_result)",
+    ("grading.merge", "grading.warm"): "the grader's side never starts a grading process",
+    ("grading.report", "grading.warm"): "the report reads results and the gradebook; it runs nothing",
+    ("grading.report", "grading.jobs"): "the report reads results and the gradebook; it runs nothing",
 }
 
 
@@ -190,3 +212,5 @@ def test_the_checker_sees_imports():
     assert "grading.course" in imports_of("grading.instructor")
     assert "grading.guard" in imports_of("grading")
     assert "grading.interview_bank" in _reachable("grading.interview_panel")
+    assert "grading.warm" in _reachable("grading.grade_class")
+    assert "grading.runner" in _reachable("grading.jobs")

@@ -12,7 +12,10 @@ Layer 3 of memlab (see docs/ARCHITECTURE.md): may import ``memlab.measure`` and
 - interview:   07's face (``ml.interview``), re-exporting: interview_bank (questions,
                grading of answers, practice variants), interview_panel (self-study
                widgets) and interview_review (the instructor's review list)
-- grade_class: grading a whole class
+- grade_class: grading a whole class (orchestration, re-exporting its parts): intake (zip,
+               layout, the checks before running), jobs (course bundle, make_job, grade_job),
+               warm (warm zygote, grading child, pre-forked kernels), runner (the grading
+               in one job's private course), merge (validation, gradebook merge), report
 - audit:       static audit of answer cells before anything runs (issue 19)
 - sandbox:     bubblewrap around every graded kernel (issue 19)
 - instructor:  the instructor's CLI (``python -m memlab.grading.instructor``)
