@@ -53,6 +53,10 @@ def pytest_collection_modifyitems(config, items):
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+        else:  # a test's own xdist_group mark (test_mutants: one group per assignment)
+            mark = item.get_closest_marker("xdist_group")
+            group = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+        if group:
             # pytest-xdist reads the group from the node id (``<id>@<group>``), which its own
             # worker hook sets by writing ``item._nodeid``: pytest 9 ignores that attribute, so
             # every group was split across workers (each repeating the group's expensive
