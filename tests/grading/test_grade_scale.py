@@ -317,3 +317,30 @@ def test_zygote_dies_with_its_parent_even_when_a_sibling_holds_its_pipe():
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_zygote_loop_watches_the_parent_it_started_with():
+    """The zygote reads its parent's pid before its slow imports: a grader killed while the
+    zygote was importing left it reparented before it first looked, and it graded on alone
+    (the slow test above failed that way on a loaded machine). The loop ends when the parent
+    it was given is no longer its parent, even though the pipe never reaches EOF."""
+    import os
+    import time
+
+    from memlab.grading import warm
+
+    r, w = os.pipe()
+    try:
+        os.write(w, b"job-1\n")
+        t0 = time.monotonic()
+        gone = os.getppid() + 1  # not our parent: as if it had died and we were reparented
+        assert list(warm._lines_while_parent_lives(r, poll_s=0.05, parent=gone)) == ["job-1"]
+        assert time.monotonic() - t0 < 5
+        os.write(w, b"job-2\n")
+        os.close(w)
+        w = -1
+        assert list(warm._lines_while_parent_lives(r, poll_s=0.05)) == ["job-2"]  # EOF ends it
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)

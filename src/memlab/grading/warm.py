@@ -171,12 +171,14 @@ def _preload() -> None:
                 pass
 
 
-def _lines_while_parent_lives(fd: int, poll_s: float = 1.0):
-    """Lines read from ``fd`` until EOF, or until this process's parent is gone (reparented):
-    EOF alone is not enough, because a forked sibling may still hold the pipe's write end."""
+def _lines_while_parent_lives(fd: int, poll_s: float = 1.0, parent: int | None = None):
+    """Lines read from ``fd`` until EOF, or until this process's parent ``parent`` (default: the
+    parent now) is gone (reparented): EOF alone is not enough, because a forked sibling may
+    still hold the pipe's write end. Pass the parent read at start-up: read later, a parent
+    that died in between would already be the reaper, and its death never noticed."""
     import select
 
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     buf = b""
     while True:
         while b"\n" not in buf:
@@ -197,6 +199,7 @@ def _zygote_main() -> None:
     """Warm image: imports once, then forks one grading child per job directory read on stdin
     (replies with the child's pid). Exits when its parent closes stdin or dies; its children
     (PR_SET_PDEATHSIG) and their kernels die with it."""
+    parent = os.getppid()  # before anything slow: the grader may die while we import
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
@@ -204,7 +207,7 @@ def _zygote_main() -> None:
     _preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     proto.write("ready\n")
-    for line in _lines_while_parent_lives(0):
+    for line in _lines_while_parent_lives(0, parent=parent):
         parts = line.rstrip("\n").split("\t")
         if len(parts) != 3:
             continue
