@@ -42,12 +42,8 @@ FORBIDDEN: dict[tuple[str, str], str] = {
         "the review runs without ipywidgets: it needs nothing of the widgets",
     # Class grading: grade_class (orchestration and facade) over intake < runner < warm < jobs,
     # and merge, report (the grader's side of a result).
-    ("grading.intake", "grading.grade_class"): "a part never imports its facade",
-    ("grading.runner", "grading.grade_class"): "a part never imports its facade",
-    ("grading.warm", "grading.grade_class"): "a part never imports its facade",
-    ("grading.jobs", "grading.grade_class"): "a part never imports its facade",
-    ("grading.merge", "grading.grade_class"): "a part never imports its facade",
-    ("grading.report", "grading.grade_class"): "a part never imports its facade",
+    **{(f"grading.{part}", "grading.grade_class"): "a part never imports its facade"
+       for part in ("intake", "runner", "warm", "jobs", "merge", "report")},
     ("grading.intake", "grading.runner"):
         "intake is the bottom of class grading: reading a submission needs nothing of grading it",
     ("grading.runner", "grading.warm"):
