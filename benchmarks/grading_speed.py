@@ -8,7 +8,9 @@ runs, nothing is skipped) is graded, in one run:
 1. with 1 local worker, 2. with 2 local workers (ProcessPoolExecutor), 3. on a Dask cluster
 started here (``dask scheduler`` + 2 ``dask worker`` processes on localhost, 1 thread each),
 4. (``--cold``) with 2 local workers and no warm fork (a fresh interpreter per job and per
-kernel: the cost the warm zygote removes), 5. (``--resume``) the CLI with 2 workers is
+kernel: the cost the warm zygote removes), (``--bwrap``) with 2 local workers and the
+bubblewrap sandbox instead of Landlock on warm forks, (``--without-verdict``) with 2 local
+workers and no verdict re-run, 5. (``--resume``) the CLI with 2 workers is
 interrupted (SIGINT, as Ctrl-C) once half the class is graded, then run again: the second run
 grades only the rest; its wall time is printed.
 
@@ -104,6 +106,12 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=4)
     parser.add_argument("--no-dask", action="store_true", help="skip the Dask cluster")
     parser.add_argument("--cold", action="store_true", help="also 2 workers without the warm fork")
+    parser.add_argument("--bwrap", action="store_true",
+                        help="also 2 workers with the bubblewrap sandbox (a fresh interpreter per "
+                             "kernel and re-run) instead of Landlock on warm forks")
+    parser.add_argument("--without-verdict", action="store_true",
+                        help="also 2 workers without the verdict re-run (what the second run of "
+                             "every notebook costs)")
     parser.add_argument("--resume", action="store_true", help="also interrupt and resume a batch")
     parser.add_argument("--runs", default="1,2,dask", help="which of 1,2,dask to run (default all)")
     args = parser.parse_args()
@@ -135,6 +143,10 @@ def main() -> None:
             runs.append(("Dask, 2 workers", GradeSettings(scheduler=address, resume=False)))
         if args.cold:
             runs.append(("2 local, cold", GradeSettings(workers=2, resume=False, warm=False)))
+        if args.bwrap:
+            runs.append(("2 local, bubblewrap", GradeSettings(workers=2, resume=False, sandbox_kind="bwrap")))
+        if args.without_verdict:
+            runs.append(("2 local, no verdict re-run", GradeSettings(workers=2, resume=False, verdict=False)))
         per_assignment: dict[str, float] = {}
         cpu_per_assignment: dict[str, float] = {}
         for label, settings in runs:
@@ -173,7 +185,8 @@ def main() -> None:
         if cpu_per_assignment:
             cmean = sum(cpu_per_assignment.values()) / len(cpu_per_assignment)
             cpu_total = 100 * sum(cpu_per_assignment.get(a, cmean) for a in every)
-            print(f"CPU seconds per submission (job process + its kernel): " + ", ".join(
+            print(f"CPU seconds per submission (the job's process and every process it reaped: "
+                  f"kernels, re-runs, 06's ranks; a bubblewrap sandbox hides its own): " + ", ".join(
                 f"{a[:2]} {c:.1f}" for a, c in sorted(cpu_per_assignment.items())))
             print(f"projected on an idle 2-core machine (CPU time / 2 cores, independent of load): "
                   f"{cpu_total / 2 / 60:.0f} min for 100 x {len(every)} (target < 30 min)")

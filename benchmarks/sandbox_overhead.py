@@ -1,14 +1,16 @@
-"""Seconds per submission of grade-class with and without the bubblewrap sandbox, per assignment.
+"""Seconds per submission of grade-class with and without its sandbox, per assignment.
 
 In a temporary copy of the course, one honest submission of each chosen assignment (the
 solution's answer cells in the released notebook) is graded with 1 worker, sandboxed and
-unsandboxed (``GradeSettings.sandbox``), alternating per assignment so that machine load hits
+unsandboxed (``GradeSettings.sandbox``; ``--sandbox`` picks which sandbox: Landlock on warm
+forks where usable, the default, or bubblewrap), alternating per assignment so that machine load hits
 both alike. Prints seconds, scores and the ratio per assignment, and how much of each is the verdict re-run
 outside the learner's kernel (memlab.grading.verdict) (one run each: the numbers
 depend on the machine and its load). Not a test.
 
     .venv/bin/python benchmarks/sandbox_overhead.py                  # every assignment
     .venv/bin/python benchmarks/sandbox_overhead.py --assignments 00_setup,02_checkpointing
+    .venv/bin/python benchmarks/sandbox_overhead.py --sandbox bwrap   # the bubblewrap sandbox
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import nbformat
 
 from memlab.grading import course as instructor
 from memlab.grading.grade_class import GradeSettings, grade_class
-from memlab.grading import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
@@ -37,12 +38,16 @@ def _gid(c):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--assignments", default="all")
+    parser.add_argument("--sandbox", choices=("auto", "landlock", "bwrap"), default="auto")
     args = parser.parse_args()
     names = (sorted(p.name for p in (ROOT / "solutions").iterdir() if any(p.glob("*.ipynb")))
              if args.assignments == "all" else args.assignments.split(","))
-    ok, why = sandbox.available()
-    if not ok:
-        sys.exit(f"bubblewrap not usable ({why}): nothing to compare")
+    from memlab.grading.runner import sandbox_mode
+
+    kind, why = sandbox_mode({"sandbox_kind": args.sandbox})
+    if not kind:
+        sys.exit(f"no sandbox usable ({why}): nothing to compare")
+    why = f"{kind}: {why}"
     tmp = Path(tempfile.mkdtemp(prefix="memlab-sbx-bench-"))
     try:
         course = tmp / "course"
@@ -70,7 +75,8 @@ def main() -> None:
                 folder.mkdir(parents=True)
                 nbformat.write(nb, folder / rel_path.name)
                 rep = grade_class(folder.parent.parent, config_path=config, out=tmp / f"rep_{student}",
-                                  settings=GradeSettings(workers=1, sandbox=mode, submission_timeout=900),
+                                  settings=GradeSettings(workers=1, sandbox=mode, sandbox_kind=args.sandbox,
+                                                         submission_timeout=900),
                                   progress=False)
                 [r] = rep.results
                 secs[mode] = (r["seconds"], r["score"], r["max_score"],

@@ -56,6 +56,8 @@ FORBIDDEN: dict[tuple[str, str], str] = {
     ("grading.merge", "grading.runner"):
         "merging trusts nothing of the runner: a result is checked as data (validate_result)",
     ("grading.merge", "grading.warm"): "the grader's side never starts a grading process",
+    **{("grading.confine", f"grading.{user}"): "the sandbox knows nothing of who forks the "
+       "processes it confines" for user in ("warm", "runner", "jobs", "verdict", "grade_class")},
     ("grading.report", "grading.warm"): "the report reads results and the gradebook; it runs nothing",
     ("grading.report", "grading.jobs"): "the report reads results and the gradebook; it runs nothing",
 }

@@ -27,7 +27,7 @@ import pytest
 from memlab.grading import course as instructor
 from memlab.grading.grade_class import GradeSettings, grade_class
 from memlab.tools import envcheck
-from memlab.grading import sandbox
+from memlab.grading.runner import sandbox_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hostile.corpus import HOSTILE, VERDICT_ONLY  # noqa: E402
@@ -145,7 +145,7 @@ def test_hostile_corpus_holds(graded):
             why.append("not listed for review")
         if layer == "sandbox":
             out = _answer_output(course, student, a, gid)
-            if sandbox.available()[0] and "found nothing: []" not in out:
+            if sandbox_state(SETTINGS)[0] and "found nothing: []" not in out:
                 why.append(f"the sandbox showed it something: {out[:200]!r}")
         if layer == "precheck":
             if f"nbgrader metadata of '{gid}' edited" not in r["reason"]:

@@ -7,16 +7,20 @@ no kernel session, no display publisher); forged report lines are refused by the
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from memlab.grading import sandbox, verdict
+from memlab.grading import confine, sandbox, verdict
 
 SANDBOX, WHY = sandbox.available()
+LANDLOCK, LANDLOCK_WHY = confine.available()
 MODES = [pytest.param(False, id="plain"),
-         pytest.param(True, id="bwrap", marks=pytest.mark.skipif(not SANDBOX, reason=f"bubblewrap: {WHY}"))]
+         pytest.param(True, id="bwrap", marks=pytest.mark.skipif(not SANDBOX, reason=f"bubblewrap: {WHY}")),
+         pytest.param("landlock", id="landlock",
+                      marks=pytest.mark.skipif(not LANDLOCK, reason=f"Landlock: {LANDLOCK_WHY}"))]
 
 
 def _code(src: str, **meta) -> nbformat.NotebookNode:
@@ -50,6 +54,16 @@ def _run(tmp_path: Path, cells, *, sandboxed=False, trusted=None, wall=120.0, ce
     if trusted is None:
         trusted = {m["grade_id"]: c.source for m, c in zip(meta, cells) if m.get("locked")}
     points = {m["grade_id"]: float(m["points"]) for m in meta if m.get("grade") and not m.get("solution")}
+    if sandboxed == "landlock":  # a warm slot forked from this process confines itself
+        from memlab.grading.warm import _WarmKernels
+
+        _WarmKernels.prefork(1, 1)
+        try:
+            return verdict.rerun(sub / "n.ipynb", sub, tmp_path / "work", trusted, points,
+                                 sandboxed=True, wall_seconds=wall, cell_timeout=cell_timeout,
+                                 launch=_WarmKernels.take)
+        finally:
+            _WarmKernels.discard()
     return verdict.rerun(sub / "n.ipynb", sub, tmp_path / "work", trusted, points,
                          sandboxed=sandboxed, wall_seconds=wall, cell_timeout=cell_timeout)
 
@@ -137,6 +151,23 @@ def test_trusted_sources_win_and_the_program_is_gone(tmp_path):
     found, problem = _run(tmp_path, cells, trusted=trusted, drop=("t_gone",))
     assert problem == ""
     assert _scores(found) == {"t1": 1, "t_gone": 1, "t_peek": 1}
+
+
+@pytest.mark.skipif(not LANDLOCK, reason=f"Landlock: {LANDLOCK_WHY}")
+def test_warm_rerun_is_confined_and_killed_at_the_wall_limit(tmp_path):
+    """A warm-forked re-run cannot read beside its folder, and one past the wall limit is killed
+    by the grader (no `timeout` process around a forked one)."""
+    (tmp_path / "classmate.txt").write_text("secret")
+    peek = ("import os\ntry:\n    open(os.path.join('..', '..', 'classmate.txt')).read()\n    SEEN = True\n"
+            "except OSError:\n    SEEN = False")
+    cells = [_answer("a", peek), _test("t1", "assert not SEEN")]
+    found, problem = _run(tmp_path, cells, sandboxed="landlock")
+    assert _scores(found) == {"t1": 1} and problem == "", (found, problem)
+    cells = [_answer("a", "x = 0\nwhile True:\n    x += 1"), _test("t1", "pass")]
+    t0 = time.monotonic()
+    found, problem = _run(tmp_path / "wall", cells, cell_timeout=600.0, wall=5.0, sandboxed="landlock")
+    assert found == {} and "SIGKILL" in problem, problem
+    assert time.monotonic() - t0 < 30
 
 
 def test_cell_timeout_and_wall_limit(tmp_path):

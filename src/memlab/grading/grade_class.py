@@ -62,9 +62,12 @@ starts any thread (no ``import torch`` per notebook): :class:`WarmKernelManager`
 Security (issue 19; autograder/README.md, Security): the default checks include
 :func:`audit_check` (the static audit, :mod:`memlab.grading.audit`: a violating answer cell is
 replaced by its released stub before anything runs; ``audit=False`` / ``--no-audit`` drops it);
-with ``sandbox=True`` (default) and bubblewrap usable, every kernel runs under
-:class:`memlab.grading.sandbox.SandboxKernelManager` (no warm fork for it); otherwise the report
-says ``unsandboxed`` with a loud warning. With ``verdict=True`` (default; ``--no-verdict``)
+with ``sandbox=True`` (default) every kernel and re-run is sandboxed: where Landlock is usable
+(``sandbox_kind="auto"``), each is a warm fork that confines itself before any learner code
+(:mod:`memlab.grading.confine`, :class:`memlab.grading.warm.ConfinedKernelManager`); else it
+runs under bubblewrap (:class:`memlab.grading.sandbox.SandboxKernelManager`, a fresh
+interpreter each); with neither the report says ``unsandboxed`` with a loud warning. With
+``verdict=True`` (default; ``--no-verdict``)
 every notebook is re-run in a fresh sandboxed process that is not a Jupyter kernel
 (:mod:`memlab.grading.verdict`) and each test cell keeps the lower of nbgrader's score and the
 re-run's, so a kernel that forges its own report gains nothing. The grader retries a merge while the gradebook is
@@ -100,7 +103,8 @@ from .merge import _merge, _merge_retrying, gradebook_integrity, validate_result
 from .report import (ClassReport, _interview_audits, _reason_text, _write_report,  # noqa: F401
                      _duration)
 from .runner import (GUARD_MARKER, MAX_RESULT_FILE_BYTES, REVIEW_MARKER,  # noqa: F401
-                     _failed_result, _first_line, _scan, limited_kernelspec, sandbox_state)
+                     _failed_result, _first_line, _scan, limited_kernelspec, sandbox_mode,
+                     sandbox_state)
 from .warm import WarmKernelManager, warm_up  # noqa: F401
 
 __all__ = ["grade_class", "grade_job", "make_job", "course_bundle", "validate_result",
@@ -120,7 +124,10 @@ class GradeSettings:
     kernelspec: str = f"{__name__}:limited_kernelspec"   # hook: how the kernel starts
     checks: tuple[str, ...] = (f"{__name__}:structure_check",   # hook: before running
                                f"{__name__}:audit_check")
-    sandbox: bool = True               # bubblewrap per kernel where usable (memlab.grading.sandbox)
+    sandbox: bool = True               # sandbox every learner process (kernels, verdict re-runs)
+    sandbox_kind: str = "auto"         # "auto": Landlock on warm forks where usable
+    #                                    (memlab.grading.confine), else bubblewrap
+    #                                    (memlab.grading.sandbox); or "landlock" / "bwrap"
     audit: bool = True                 # static audit of answer cells (drops audit_check when False)
     verdict: bool = True               # re-run the tests outside the learner's kernel, lower score
     #                                    counts (memlab.grading.verdict)
@@ -138,6 +145,7 @@ def _job_settings(settings: GradeSettings, threads: int) -> dict:
     return {"cell_timeout": int(settings.cell_timeout), "submission_timeout": int(settings.submission_timeout),
             "memory_mb": int(settings.memory_mb), "threads": int(threads), "warm": bool(settings.warm),
             "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
+            "sandbox_kind": str(settings.sandbox_kind or "auto"),
             "verdict": bool(settings.verdict),
             "checks": [c for c in settings.checks if settings.audit or c != AUDIT_CHECK],
             "config_overrides": copy.deepcopy(settings.config_overrides)}
@@ -274,9 +282,12 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
     t_start = time.monotonic()
     from . import sandbox
 
-    usable, why = sandbox_state(settings)
-    if usable:
-        isolation = f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
+    mode, why = sandbox_mode(settings)
+    if mode == "landlock":
+        isolation = (f"sandboxed (Landlock on warm forks, {why}: no network, one readable and "
+                     "writable folder, no signal or ptrace outside it)")
+    elif mode == "bwrap":
+        isolation = f"sandboxed (bubblewrap {why}: no network, own PID namespace, one writable folder)"
     else:
         if settings.sandbox:
             sandbox.warn_unsandboxed(why)

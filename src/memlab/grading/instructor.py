@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="start a fresh interpreter per job and per kernel (slower; no warm fork)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--no-sandbox", action="store_true",
-                   help="run kernels without bubblewrap (UNSAFE: learner code gets your rights)")
+                   help="run learner code unsandboxed (UNSAFE: it gets your rights)")
+    p.add_argument("--sandbox", choices=("auto", "landlock", "bwrap"), default="auto",
+                   help="which sandbox: Landlock on warm forks where usable, else bubblewrap "
+                        "(auto, default); bwrap: always bubblewrap (a fresh interpreter per kernel)")
     p.add_argument("--no-audit", action="store_true",
                    help="skip the static audit of answer cells (memlab.grading.audit)")
     p.add_argument("--no-verdict", action="store_true",
@@ -107,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      students=tuple(args.student or ()),
                                      assignments=tuple(args.assignment or ()),
                                      resume=not args.no_resume, warm=not args.cold,
-                                     sandbox=not args.no_sandbox, audit=not args.no_audit,
+                                     sandbox=not args.no_sandbox, sandbox_kind=args.sandbox,
+                                     audit=not args.no_audit,
                                      verdict=not args.no_verdict)
             report = grade_class(args.submissions, config_path=args.config, out=args.out,
                                  settings=settings, progress=not args.quiet)

@@ -123,15 +123,41 @@ def _classify_failure(log: str) -> str:
     return f"nbgrader could not grade it ({_first_line(tail, 120)}): scores 0"
 
 
-def sandbox_state(settings: Any) -> tuple[bool, str]:
-    """(kernels run under bubblewrap, why) for these settings (a job's settings dict or a
-    :class:`~memlab.grading.grade_class.GradeSettings`)."""
-    from . import sandbox
+def sandbox_mode(settings: Any) -> tuple[str, str]:
+    """(kind, why) of the sandbox these settings (a job's settings dict or a
+    :class:`~memlab.grading.grade_class.GradeSettings`) give every learner process:
+    ``"landlock"`` (warm forks that confine themselves, :mod:`memlab.grading.confine`; needs the
+    warm fork), ``"bwrap"`` (a fresh interpreter under bubblewrap, :mod:`memlab.grading.sandbox`)
+    or ``""`` (none: why). ``sandbox_kind``: "auto" (Landlock where usable, else bubblewrap),
+    "landlock" or "bwrap" (that one only; "landlock" falls back to bubblewrap when unusable)."""
+    from . import confine, sandbox
 
-    want = settings.get("sandbox", True) if isinstance(settings, dict) else settings.sandbox
-    if not want:
-        return False, "disabled (--no-sandbox)"
-    return sandbox.available()
+    def get(key: str, default: Any) -> Any:
+        return settings.get(key, default) if isinstance(settings, dict) else getattr(settings, key, default)
+
+    if not get("sandbox", True):
+        return "", "disabled (--no-sandbox)"
+    kind = get("sandbox_kind", "auto") or "auto"
+    if kind not in ("auto", "landlock", "bwrap"):
+        raise ValueError(f"sandbox_kind must be auto, landlock or bwrap, not {kind!r}")
+    landlock_why = ""
+    if kind != "bwrap":
+        if not get("warm", True):
+            landlock_why = "Landlock confines warm forks only (warm=False)"
+        else:
+            ok, landlock_why = confine.available()
+            if ok:
+                return "landlock", landlock_why
+    ok, why = sandbox.available()
+    if ok:
+        return "bwrap", why
+    return "", why + (f"; Landlock: {landlock_why}" if landlock_why else "")
+
+
+def sandbox_state(settings: Any) -> tuple[bool, str]:
+    """(learner code runs sandboxed, why): :func:`sandbox_mode` as a yes/no."""
+    kind, why = sandbox_mode(settings)
+    return bool(kind), (f"{kind}: {why}" if kind else why)
 
 
 def limited_kernelspec(data_dir: Path, settings: dict) -> str:
@@ -161,13 +187,16 @@ def _failed_result(job: dict, reason: str, seconds: float) -> dict:
 
 
 def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
-                    launched: dict | None = None) -> dict:
+                    launched: dict | None = None, confined_manager: str | None = None,
+                    launch: Callable | None = None) -> dict:
     """The grading itself, in the job's private temporary course under ``jobdir``.
 
     ``kernel_manager``: dotted name of the kernel manager that takes the kernels pre-forked for
     this job (used when ``settings["warm"]`` and the kernel is not sandboxed), ``launched``: its
-    counts of kernels started each way ({"warm": n, "exec": n}, reported in the timings). Both
-    come from :func:`memlab.grading.warm._child_main`, which starts this process."""
+    counts of kernels started each way ({"warm": n, "exec": n}, reported in the timings);
+    ``confined_manager`` and ``launch`` (hands orders to a pre-forked process): the same for the
+    Landlock sandbox, kernels and verdict re-runs. All come from
+    :func:`memlab.grading.warm._child_main`, which starts this process."""
     import warnings
 
     from nbgrader.api import Gradebook, MissingEntry
@@ -192,7 +221,14 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     kernel_name = _resolve(s["kernelspec"])(jupyter, s)
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(jupyter), *filter(None, [os.environ.get("JUPYTER_PATH")])])
     overrides: dict = {"Execute": {"timeout": int(s["cell_timeout"]), "kernel_name": kernel_name}}
-    if sandbox_state(s)[0]:
+    mode = sandbox_mode(s)[0]
+    if mode == "landlock" and not (confined_manager and launch):
+        raise RuntimeError("the Landlock sandbox needs the warm grading process")
+    if mode == "landlock":
+        # Kernel forked warm, confined by itself to the notebook's folder before it starts
+        # (memlab.grading.confine); never started unconfined.
+        overrides["Execute"]["kernel_manager_class"] = confined_manager
+    elif mode == "bwrap":
         # Kernel under bubblewrap (memlab.grading.sandbox): started from its own argv, never
         # from the warm fork; killed from outside at the submission's wall limit.
         overrides["Execute"]["kernel_manager_class"] = "memlab.grading.sandbox.SandboxKernelManager"
@@ -217,7 +253,9 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     before = _db_fingerprint(db_path)
     status = "ok"
     timings = {"setup": round(time.monotonic() - t0, 2)}
-    reruns = _VerdictRuns(job, cd, dest, jobdir, s, time.monotonic() - t0) if s.get("verdict", True) else None
+    reruns = (_VerdictRuns(job, cd, dest, jobdir, s, time.monotonic() - t0,
+                           launch if mode == "landlock" else None)
+              if s.get("verdict", True) else None)
     result = api.autograde(assignment, student, force=True, create=True)
     timings["autograde"] = round(time.monotonic() - t0 - timings["setup"], 2)
     timings["kernels_warm"] = (launched or {}).get("warm", 0)
@@ -281,9 +319,11 @@ class _VerdictRuns:
     thread each, started before nbgrader's autograde so that both run at the same time (they
     share nothing: each starts from the submitted files, in its own folder)."""
 
-    def __init__(self, job: dict, cd, dest: Path, jobdir: Path, s: dict, spent: float):
+    def __init__(self, job: dict, cd, dest: Path, jobdir: Path, s: dict, spent: float,
+                 launch: Callable | None = None):
         import threading
 
+        self.launch = launch
         from nbgrader.api import Gradebook, MissingEntry
 
         self.t0 = time.monotonic()
@@ -316,7 +356,7 @@ class _VerdictRuns:
         try:
             self.found[name] = verdict.rerun(
                 dest / f"{name}.ipynb", dest, jobdir / "verdict" / name, trusted, points,
-                sandboxed=sandbox_state(s)[0], wall_seconds=wall,
+                sandboxed=sandbox_state(s)[0], wall_seconds=wall, launch=self.launch,
                 cell_timeout=float(s.get("cell_timeout") or 300), memory_mb=int(s.get("memory_mb") or 0))
         except Exception as exc:  # the grader's own failure: no verdict, said so
             self.found[name] = ({}, f"the re-run could not run ({type(exc).__name__}: {exc})")

@@ -46,7 +46,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .audit import _meta, _src  # the same reading of a cell's nbgrader metadata and source
 
@@ -107,12 +107,16 @@ def _harness_argv(memory_mb: int, cell_timeout: float, report_fd: int) -> list[s
 
 def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, str],
           points: Mapping[str, float], *, sandboxed: bool, wall_seconds: float,
-          cell_timeout: float = 300, memory_mb: int = 0) -> tuple[dict[str, Verdict], str]:
+          cell_timeout: float = 300, memory_mb: int = 0,
+          launch: Callable | None = None) -> tuple[dict[str, Verdict], str]:
     """Re-run ``notebook`` (a submitted notebook after the pre-checks) in a fresh process.
 
     ``submitted``: the folder whose other files (data the notebook reads) are copied into the
-    fresh ``workdir``, the only folder the process can write. Returns ({grade_id: Verdict} for
-    every test cell in ``points``, problem) where problem is "" or why the run ended early."""
+    fresh ``workdir``, the only folder the process can write. ``launch`` (the Landlock sandbox,
+    :meth:`memlab.grading.warm._WarmKernels.take`): the process is a pre-forked warm one that
+    confines itself to ``workdir``; otherwise a new interpreter, under bubblewrap when
+    ``sandboxed``. Returns ({grade_id: Verdict} for every test cell in ``points``, problem)
+    where problem is "" or why the run ended early."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
@@ -126,35 +130,44 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
     key = secrets.token_hex(32)
     (workdir / PROGRAM).write_text(json.dumps({"cells": program, "key": key}))
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
-    r, w = os.pipe()
-    os.set_inheritable(w, True)
-    argv = _harness_argv(memory_mb, cell_timeout, w)
-    if sandboxed:
-        from .sandbox import bwrap_argv
-
-        cmd = bwrap_argv(argv, workdir, env=env, wall_seconds=wall_seconds)
-        cwd = None
-    else:
-        timeout = shutil.which("timeout")
-        cmd = ([timeout, "-s", "KILL", f"{float(wall_seconds):g}"] if timeout and wall_seconds > 0
-               else []) + argv
-        cwd = str(workdir)
     log_path = workdir.parent / f"{workdir.name}.log"
     t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=log,
-                                    pass_fds=(w,), start_new_session=True)
-        finally:
-            os.close(w)
-        with os.fdopen(r, "rb") as pipe:
-            raw = pipe.read(4 * 2**20)  # the lines of one notebook: small
-        try:
-            proc.wait(timeout=max(5.0, wall_seconds - (time.monotonic() - t0) + 5))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    if launch is not None:
+        from .confine import confined_env
+
+        taken = launch(_harness_argv(memory_mb, cell_timeout, -1), confined_env(workdir, env),
+                       str(workdir), kind="verdict", confine=str(workdir), log=str(log_path))
+        if taken is None:
+            return {}, "the re-run did not start (no warm process was left for it)"
+        proc, r = taken
+        raw = _read_until(r, t0 + wall_seconds, proc)
+    else:
+        r, w = os.pipe()
+        os.set_inheritable(w, True)
+        argv = _harness_argv(memory_mb, cell_timeout, w)
+        if sandboxed:
+            from .sandbox import bwrap_argv
+
+            cmd = bwrap_argv(argv, workdir, env=env, wall_seconds=wall_seconds)
+            cwd = None
+        else:
+            timeout = shutil.which("timeout")
+            cmd = ([timeout, "-s", "KILL", f"{float(wall_seconds):g}"] if timeout and wall_seconds > 0
+                   else []) + argv
+            cwd = str(workdir)
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=log,
+                                        pass_fds=(w,), start_new_session=True)
+            finally:
+                os.close(w)
+            raw = _read_until(r, t0 + wall_seconds + 5, proc)
+    try:
+        proc.wait(timeout=max(5.0, wall_seconds - (time.monotonic() - t0) + 5))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
     verdicts, problem = parse(raw, program, points, key)
     if problem and proc.returncode not in (0, None):
         problem = f"{problem} (the process ended with {_exit_text(proc.returncode)})"
@@ -162,6 +175,30 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
         tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
         problem = f"{problem}; harness log: {' | '.join(tail)[:300]}"
     return verdicts, problem
+
+
+def _read_until(fd: int, deadline: float, proc, limit: int = 4 * 2**20) -> bytes:
+    """What the harness reports on ``fd`` until EOF, ``limit`` bytes or ``deadline`` (then the
+    process is killed: a process that holds the pipe open, or a descendant that does, cannot
+    keep the grader waiting). Closes ``fd``."""
+    import select
+
+    raw = b""
+    try:
+        while len(raw) < limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                break
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                raw += chunk
+    finally:
+        os.close(fd)
+    return raw[:limit]
 
 
 def _exit_text(rc: int) -> str:

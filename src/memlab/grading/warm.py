@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from .runner import _failed_result, _first_line, _grade_in_child, sandbox_state
+from .runner import _failed_result, _first_line, _grade_in_child, sandbox_mode
 
 
 class _Child:
@@ -85,8 +85,11 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
                 continue
             try:
                 kernels = len(job["course"]["notebooks"]) if isinstance(job["course"], dict) else 1
-                if sandbox_state(job["settings"])[0]:
+                mode = sandbox_mode(job["settings"])[0]
+                if mode == "bwrap":
                     kernels = 0  # bubblewrap kernels start from their own argv: nothing to pre-fork
+                elif mode == "landlock" and job["settings"].get("verdict", True):
+                    kernels *= 2  # and one confined verdict re-run per notebook
                 _ZYGOTE.stdin.write(f"{jobdir}\t{kernels}\t{threads}\n".encode())
                 _ZYGOTE.stdin.flush()
                 line = _ZYGOTE.stdout.readline().strip()
@@ -128,6 +131,47 @@ def _set_pdeathsig() -> None:
         pass
 
 
+def _set_subreaper() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+
+
+def _sweep_descendants(rounds: int = 20) -> int:
+    """Kill every process still parented to this one (kernels and re-runs are done; what is
+    left was detached by learner code and reparented here, the subreaper); returns how many."""
+    me, killed = str(os.getpid()), 0
+    for _ in range(rounds):
+        found = []
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read().decode(errors="replace")
+                if stat[stat.rindex(")") + 2:].split()[1] == me:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        for pid in found:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return killed
+
+
 def _preload() -> None:
     """What the zygote imports once: the grader's stack and the kernel's (torch, memlab)."""
     import warnings
@@ -144,6 +188,9 @@ def _preload() -> None:
     import traitlets.config.loader  # noqa: F401
 
     from . import course  # noqa: F401
+    from . import confine  # noqa: F401
+
+    confine.available()  # probed once here (a fork), not in every job
     try:  # the kernel's side: forked kernels skip these imports
         import ipykernel.kernelapp  # noqa: F401
         import ipykernel.ipkernel  # noqa: F401
@@ -238,13 +285,16 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1) -> None:
     os.dup2(log, 2)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(max(1, threads))
+    _set_subreaper()  # what a kernel detaches is reparented here, and swept below
     _WarmKernels.prefork(kernels, max(1, threads))
     with open(jobdir_p / "job.pkl", "rb") as fh:
         job = pickle.load(fh)
     (jobdir_p / "job.pkl").unlink()  # the gradebook copy in it: not left for learner code
     try:
         result = _grade_in_child(job, jobdir_p, kernel_manager=f"{__name__}.WarmKernelManager",
-                                 launched=_WarmKernels.launched)
+                                 launched=_WarmKernels.launched,
+                                 confined_manager=f"{__name__}.ConfinedKernelManager",
+                                 launch=_WarmKernels.take)
     except Exception as exc:
         import traceback
 
@@ -252,6 +302,7 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1) -> None:
         result = _failed_result(job, f"grader error ({type(exc).__name__}: {_first_line(exc, 120)}): scores 0", 0.0)
     finally:
         _WarmKernels.discard()
+        _sweep_descendants()
     import resource
 
     # CPU seconds of this job: this process (reset at fork) and its reaped kernels. Unlike the
@@ -305,12 +356,36 @@ class _Forked:
         self.send_signal(signal.SIGTERM)
 
 
-class _WarmKernels:
-    """Kernels-to-be forked from the warm child before it starts any thread; each waits on a
-    pipe for (argv, env, cwd) and then becomes the kernel (:func:`memlab.grading.kernel.main`)."""
+def _as_fresh_interpreter() -> None:
+    """What a new interpreter would have and the warm image may not: standard streams on the
+    descriptors 0-2 and the default warning filters (a warning in a test cell must reach stderr,
+    as it does in nbgrader's kernel, whatever the grader's process had set up)."""
+    import io
+    import warnings
 
-    slots: list[tuple[int, int]] = []   # (pid, write end of its pipe)
-    launched = {"warm": 0, "exec": 0}   # kernels started each way (reported in the timings)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True,
+                                  errors="backslashreplace")
+    import importlib
+
+    importlib.reload(warnings)  # its display functions as loaded (catch_warnings may have replaced them)
+    warnings.resetwarnings()
+    for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
+        warnings.simplefilter("ignore", category)   # CPython's defaults (-W none, not -X dev)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+
+
+class _WarmKernels:
+    """Processes forked from the warm child before it starts any thread, each waiting on a pipe
+    for its orders: become a learner kernel (:func:`memlab.grading.kernel.main`) or a verdict
+    re-run (:func:`memlab.grading.verdict.main`), confined first (:func:`memlab.grading.confine.confine`)
+    to the one folder named in the orders when the job's sandbox is Landlock. A slot that cannot
+    confine itself exits (status 70) without running anything of the learner's."""
+
+    slots: list[tuple[int, int, int]] = []   # (pid, write end of its orders pipe, read end of its report pipe)
+    launched = {"warm": 0, "exec": 0}        # kernels started each way (reported in the timings)
+    CONFINE_FAILED = 70
 
     @staticmethod
     def prefix() -> list[str]:
@@ -322,37 +397,23 @@ class _WarmKernels:
     def prefork(cls, n: int, threads: int) -> None:
         for _ in range(max(0, n)):
             r, w = os.pipe()
+            rr, rw = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(w)
+                os.close(rr)
                 code = 0
                 try:
-                    for _pid, other in cls.slots:
+                    for _pid, other, report in cls.slots:
                         os.close(other)
+                        os.close(report)
                     data = b""
                     while chunk := os.read(r, 1 << 16):
                         data += chunk
                     if not data:
                         os._exit(0)
-                    argv, env, cwd = pickle.loads(data)
-                    os.setpgid(0, 0)          # its own group, as a kernel started with exec
-                    _set_pdeathsig()          # the grading child dies -> the kernel dies
-                    null = os.open(os.devnull, os.O_RDONLY)
-                    os.dup2(null, 0)
-                    os.environ.clear()
-                    os.environ.update(env)
-                    if cwd:
-                        os.chdir(cwd)
-                    try:
-                        import torch
-
-                        torch.set_num_threads(threads)
-                    except Exception:
-                        pass
-                    from . import kernel
-
-                    sys.argv = list(argv)
-                    kernel.main(list(argv[len(cls.prefix()):]))
+                    os.close(r)
+                    code = cls._become(pickle.loads(data), rw, threads)
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else 1
                 except BaseException:
@@ -363,27 +424,88 @@ class _WarmKernels:
                 finally:
                     os._exit(code)
             os.close(r)
-            cls.slots.append((pid, w))
+            os.close(rw)
+            cls.slots.append((pid, w, rr))
 
     @classmethod
-    def take(cls, argv: list[str], env: dict | None, cwd: str | None) -> _Forked | None:
-        if not cls.slots or list(argv[:3]) != cls.prefix():
+    def _become(cls, orders: dict, report_fd: int, threads: int) -> int:
+        """In the slot: carry out ``orders`` (kind, argv, env, cwd, confine, log)."""
+        os.setpgid(0, 0)          # its own group, as a process started with exec
+        _set_pdeathsig()          # the grading child dies -> this process dies
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        if orders.get("log"):
+            log = os.open(orders["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+        os.environ.clear()
+        os.environ.update(orders["env"])
+        import tempfile
+
+        tempfile.tempdir = None  # chosen again from the new TMPDIR (the warm image cached /tmp)
+        _as_fresh_interpreter()
+        if orders.get("cwd"):
+            os.chdir(orders["cwd"])
+        argv = list(orders["argv"])
+        verdict_run = orders["kind"] == "verdict"
+        if verdict_run:  # the harness reports on this slot's own pipe
+            argv[argv.index("--report-fd") + 1] = str(report_fd)
+        else:
+            os.close(report_fd)
+        if orders.get("confine"):
+            from . import confine
+
+            try:
+                confine.confine(orders["confine"], keep_fds=(report_fd,) if verdict_run else ())
+            except Exception as exc:  # never run learner code unconfined
+                os.write(2, f"grader: the sandbox could not be set up ({type(exc).__name__}: {exc})\n".encode())
+                return cls.CONFINE_FAILED
+        try:  # after confining: Landlock binds the calling thread, and torch starts a pool here
+            import torch
+
+            torch.set_num_threads(threads)
+        except Exception:
+            pass
+        sys.argv = argv
+        if verdict_run:
+            from . import verdict
+
+            verdict.main(argv[3:])
+        else:
+            from . import kernel
+
+            kernel.main(argv[len(cls.prefix()):])
+        return 0
+
+    @classmethod
+    def take(cls, argv: list[str], env: dict | None, cwd: str | None, *, kind: str = "kernel",
+             confine: str | None = None, log: str | None = None) -> tuple[_Forked, int] | None:
+        """Hand orders to the next slot: (its Popen-like handle, read end of its report pipe),
+        or None when no slot is left (or a kernel's argv is not the course's launcher)."""
+        if not cls.slots or (kind == "kernel" and list(argv[:3]) != cls.prefix()):
             return None
-        pid, w = cls.slots.pop(0)
-        payload = pickle.dumps((list(argv), dict(env or os.environ), cwd))
+        pid, w, rr = cls.slots.pop(0)
+        payload = pickle.dumps({"kind": kind, "argv": list(argv), "env": dict(os.environ if env is None else env),
+                                "cwd": cwd, "confine": confine, "log": log})
         try:
             view = memoryview(payload)
             while view:
                 view = view[os.write(w, view):]
         finally:
             os.close(w)
-        return _Forked(pid)
+        if kind == "kernel":
+            os.close(rr)
+            rr = -1
+        return _Forked(pid), rr
 
     @classmethod
     def discard(cls) -> None:
         while cls.slots:
-            pid, w = cls.slots.pop()
+            pid, w, rr = cls.slots.pop()
             os.close(w)  # EOF: the waiting process exits
+            os.close(rr)
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
@@ -402,14 +524,53 @@ class WarmKernelManager(_AKM):
     a fresh interpreter; anything else (another kernelspec hook) starts as usual."""
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
-        proc = _WarmKernels.take(kernel_cmd, kw.get("env"), kw.get("cwd"))
-        if proc is None:
+        taken = _WarmKernels.take(kernel_cmd, kw.get("env"), kw.get("cwd"))
+        if taken is None:
             _WarmKernels.launched["exec"] += 1
             return await super()._async_launch_kernel(kernel_cmd, **kw)
         _WarmKernels.launched["warm"] += 1
+        self._adopt(taken[0], kw.get("cwd"))
+
+    def _adopt(self, proc: "_Forked", cwd: str | None) -> None:
         prov = self.provisioner
         prov.process = proc
         prov.pid = proc.pid
         prov.pgid = proc.pid
-        prov.cwd = kw.get("cwd")
+        prov.cwd = cwd
         self._reconcile_connection_info(prov.connection_info)
+
+
+try:
+    from .sandbox import SandboxKernelManager as _SKM
+except Exception:  # pragma: no cover
+    _SKM = object
+
+
+class ConfinedKernelManager(_SKM):
+    """The Landlock sandbox (:mod:`memlab.grading.confine`): a pre-forked warm kernel that
+    confines itself to the notebook's folder before it starts; kernel and client talk over
+    Unix sockets in that folder (the transport of the bubblewrap manager). There is no
+    unconfined fallback: without a slot left the kernel does not start."""
+
+    async def _async_pre_start_kernel(self, **kw):
+        self.sandbox = False  # not bubblewrap; the state below says what it is
+        return await super()._async_pre_start_kernel(**kw)
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        from . import confine
+
+        cmd = _AKM.format_kernel_cmd(self, extra_arguments)
+        self.sandbox_state = f"landlock ({confine.available()[1]})"
+        return cmd
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        from .confine import confined_env
+
+        cwd = self._sandbox_cwd
+        env = confined_env(cwd, kw.get("env"))
+        taken = _WarmKernels.take(kernel_cmd, env, cwd, confine=cwd)
+        if taken is None:
+            raise RuntimeError("no confined warm kernel was left for this notebook (the "
+                               "grader pre-forks one per notebook): not started unconfined")
+        _WarmKernels.launched["warm"] += 1
+        WarmKernelManager._adopt(self, taken[0], cwd)

@@ -9,16 +9,33 @@ runs, but bubblewrap shows it nothing: the reason is its own NotImplementedError
 """
 from __future__ import annotations
 
-# Walks up from its working folder looking for what a grader leaves around; passes the audit
-# (os.path and open() are allowed). Sandboxed it finds nothing.
+# Walks up from its working folder looking for what a grader leaves around and keeps what it
+# can READ: a file that opens, or a folder in which a file it can guess (a solution notebook, a
+# classmate's submission: the course layout and the classmates' ids are no secret) opens.
+# Passes the audit (os.path and open() are allowed). Sandboxed it reaches nothing: under
+# bubblewrap those paths do not exist, under Landlock they exist but nothing in them opens.
 _WALK = '''
 import os
+_KNOWN = [os.path.join(_a, _a + ".ipynb") for _a in ("02_checkpointing", "07_interview_prep")] + [
+    os.path.join(_w, _a, _a + ".ipynb") for _w, _a in (
+        ("honest_07", "07_interview_prep"), ("honest_06", "06_sharding"),
+        ("honest_01", "01_where_memory_goes"), ("honest_02", "02_checkpointing"))]
+
+
+def _opens(path):
+    try:
+        open(path, "rb").close()
+        return True
+    except OSError:
+        return False
+
+
 _found = []
 _d = os.getcwd()
 for _ in range(14):
     for _name in ("solutions", "gradebook.db", "submitted", "autograded", "class", "input"):
         for _cand in (os.path.join(_d, _name), os.path.join(_d, "autograder", "work", _name)):
-            if os.path.exists(_cand):
+            if _opens(_cand) or any(_opens(os.path.join(_cand, _k)) for _k in _KNOWN):
                 _found.append(_cand)
     _d = os.path.dirname(_d)
 '''
