@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import sys
+
 import pytest
 import torch
 
@@ -102,9 +104,32 @@ def test_three_ranks_uneven_shards():
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_a_failing_rank_raises_cleanly():
-    with pytest.raises(D.RankError, match="rank"):
+@pytest.mark.parametrize("how", ["fork", "spawn"])
+def test_a_failing_rank_raises_cleanly(how, monkeypatch, capfd):
+    """Forked ranks (Linux, gloo, no CUDA context: the default here) and new interpreters
+    (``MEMLAB_RANKS=spawn``, and everywhere else) fail the same way: RankError with the rank's
+    own traceback, nothing on the caller's streams (in a notebook those are the kernel's)."""
+    if how == "spawn":
+        monkeypatch.setenv("MEMLAB_RANKS", "spawn")
+    assert D._fork_ok("gloo") == (how == "fork" and sys.platform.startswith("linux"))
+    with pytest.raises(D.RankError, match="rank") as err:
         D.launch(2, [dict(sizes=[4, -1], batch_sizes=[1, 1], seed=0)], timeout=120)
+    assert "Traceback" in str(err.value) or "Error" in str(err.value), err.value
+    out, errout = capfd.readouterr()
+    assert out == "" and "Traceback" not in errout, (out, errout)
+
+
+def test_forked_and_spawned_ranks_measure_the_same(monkeypatch):
+    cfg = dict(sizes=[6, 10, 4], batch_sizes=[2, 3], seed=3)
+    forked = D.launch(2, [cfg], strategies=("ddp", "fsdp"), timeout=240)[0]
+    monkeypatch.setenv("MEMLAB_RANKS", "spawn")
+    spawned = D.launch(2, [cfg], strategies=("ddp", "fsdp"), timeout=240)[0]
+    for r in range(2):
+        for s in ("ddp", "fsdp"):
+            for k in ("params", "grads", "optimizer_state", "comm"):
+                assert forked[r][s][k] == spawned[r][s][k], (r, s, k)
+            for a, b in zip(forked[r][s]["full_grads"], spawned[r][s]["full_grads"]):
+                assert torch.equal(a, b), (r, s)
 
 
 def test_bad_arguments():

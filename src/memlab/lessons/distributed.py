@@ -2,8 +2,9 @@
 
 Used by: 06_sharding (every section), tests/lessons/test_distributed.py.
 
-:func:`launch` starts ``world_size`` processes (``python -m memlab.lessons.distributed``), one per rank,
-joined with ``torch.distributed`` (gloo on the CPU; NCCL when there is one CUDA device per rank),
+:func:`launch` starts ``world_size`` processes, one per rank (on Linux with gloo: forked from
+the calling process, which has torch imported already; otherwise ``python -m
+memlab.lessons.distributed``, a new interpreter each), joined with ``torch.distributed`` (gloo on the CPU; NCCL when there is one CUDA device per rank),
 ``MASTER_ADDR=127.0.0.1`` and a free port. Every rank builds the same small MLP
 (:func:`make_mlp`), wraps it with each strategy, runs ONE training step on its own batch
 (:func:`rank_batches`) and reports, per rank:
@@ -199,10 +200,7 @@ def launch(world_size: int, configs: Sequence[dict], *, strategies: Sequence[str
             for rank in range(world_size):
                 log = open(tmp / f"rank{rank}.log", "w+b")
                 logs.append(log)
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "memlab.lessons.distributed", str(tmp), str(rank)],
-                    env=dict(env, RANK=str(rank)), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT))
+                procs.append(_start_rank(tmp, rank, dict(env, RANK=str(rank)), log, backend))
             deadline = time.monotonic() + timeout
             while any(p.poll() is None for p in procs):
                 failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
@@ -228,6 +226,66 @@ def launch(world_size: int, configs: Sequence[dict], *, strategies: Sequence[str
             for log in logs:
                 log.close()
     return [[results[r][c] for r in range(world_size)] for c in range(len(configs))]
+
+
+def _fork_ok(backend: str) -> bool:
+    """Ranks can be forked from this process (torch already imported: no interpreter start, no
+    ``import torch`` per rank) on Linux, for gloo, while CUDA is not initialised here (a forked
+    child cannot use a CUDA context its parent made). Elsewhere each rank is a new interpreter."""
+    import multiprocessing
+
+    return (sys.platform.startswith("linux") and backend == "gloo" and not torch.cuda.is_initialized()
+            and "fork" in multiprocessing.get_all_start_methods()
+            and os.environ.get("MEMLAB_RANKS") != "spawn")
+
+
+class _ForkedRank:
+    """Popen-like handle of a rank forked by :func:`_start_rank`."""
+
+    def __init__(self, proc):
+        self._proc = proc
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.exitcode
+
+    def poll(self) -> int | None:
+        return self._proc.exitcode
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._proc.join(timeout)
+        return self._proc.exitcode
+
+
+def _start_rank(tmp: Path, rank: int, env: dict, log, backend: str):
+    """One rank: forked from this process where :func:`_fork_ok`, else ``python -m
+    memlab.lessons.distributed TMP RANK``. Either way its output goes to ``log`` only."""
+    if _fork_ok(backend):
+        import multiprocessing
+
+        proc = multiprocessing.get_context("fork").Process(
+            target=_forked_rank, args=(str(tmp), rank, env, log.fileno()), daemon=True)
+        proc.start()
+        return _ForkedRank(proc)
+    return subprocess.Popen([sys.executable, "-m", "memlab.lessons.distributed", str(tmp), str(rank)],
+                            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _forked_rank(tmp: str, rank: int, env: dict, log_fd: int) -> None:
+    """A forked rank: its output on ``log_fd`` only (never the parent's streams: in a Jupyter
+    kernel those are the kernel's channels), the rank's environment, then :func:`_rank_main`."""
+    import io
+
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+    os.environ.clear()
+    os.environ.update(env)
+    _rank_main(tmp, rank)
 
 
 def _failure(what: str, log) -> str:
