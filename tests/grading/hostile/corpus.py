@@ -11,12 +11,14 @@ from __future__ import annotations
 
 # Walks up from its working folder looking for what a grader leaves around and keeps what it
 # can READ: a file that opens, or a folder in which a file it can guess (a solution notebook, a
-# classmate's submission: the course layout and the classmates' ids are no secret) opens.
+# classmate's submission: the course layout and the classmates' ids are no secret; the verdict
+# re-run's program, hidden tests and signing key, while the re-run has not yet removed it) opens.
 # Passes the audit (os.path and open() are allowed). Sandboxed it reaches nothing: under
 # bubblewrap those paths do not exist, under Landlock they exist but nothing in them opens.
 _WALK = '''
 import os
-_KNOWN = [os.path.join(_a, _a + ".ipynb") for _a in ("02_checkpointing", "07_interview_prep")] + [
+_KNOWN = [os.path.join(_a, _f) for _a in ("02_checkpointing", "07_interview_prep")
+          for _f in (_a + ".ipynb", "program.json")] + [
     os.path.join(_w, _a, _a + ".ipynb") for _w, _a in (
         ("honest_07", "07_interview_prep"), ("honest_06", "06_sharding"),
         ("honest_01", "01_where_memory_goes"), ("honest_02", "02_checkpointing"))]
@@ -33,7 +35,8 @@ def _opens(path):
 _found = []
 _d = os.getcwd()
 for _ in range(14):
-    for _name in ("solutions", "gradebook.db", "submitted", "autograded", "class", "input"):
+    for _name in ("solutions", "gradebook.db", "submitted", "autograded", "class", "input",
+                  "verdict"):
         for _cand in (os.path.join(_d, _name), os.path.join(_d, "autograder", "work", _name)):
             if _opens(_cand) or any(_opens(os.path.join(_cand, _k)) for _k in _KNOWN):
                 _found.append(_cand)
