@@ -128,10 +128,11 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, siocsifflags, struct.pack("16sH14x", b"lo", iff_up))
 
 
-def read_only_paths(extra: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+def read_only_paths() -> tuple[list[str], list[str]]:
     """(folders, files) a confined process may read (and execute): what a Python + torch
-    kernel needs and nothing with the grader's data (the lists mirror the bubblewrap sandbox)."""
-    from .sandbox import _ETC, INSTRUCTOR_ONLY
+    kernel needs and nothing with the grader's data (the bubblewrap sandbox's lists, plus
+    what a process there finds in its own /proc, /dev and /sys)."""
+    from .sandbox import _ETC, INSTRUCTOR_ONLY, SYSTEM_TOPS, memlab_package, python_dirs
 
     dirs: list[str] = []
     files: list[str] = []
@@ -141,7 +142,7 @@ def read_only_paths(extra: Iterable[str] = ()) -> tuple[list[str], list[str]]:
             return
         (dirs if os.path.isdir(p) else files).append(p)
 
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in SYSTEM_TOPS:
         add(os.path.realpath(top))
     for name in _ETC:
         add(os.path.join("/etc", name))
@@ -159,19 +160,13 @@ def read_only_paths(extra: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     add(f"/proc/{os.getpid()}")  # its own entry only (/proc/self of this process)
     for dev in ("urandom", "random", "zero"):
         add(os.path.join("/dev", dev))
-    for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
-        add(os.path.realpath(p))
+    for p in python_dirs():
         add(p)
-    import importlib.util
-
-    spec = importlib.util.find_spec("memlab")
-    if spec is not None and spec.submodule_search_locations:
-        pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+    pkg, _inside = memlab_package()
+    if pkg is not None:  # also when inside the venv: the instructor-only parts stay out
         hidden = {os.path.join(pkg, rel) for rel in INSTRUCTOR_ONLY}
         hidden |= {h + ".py" for h in hidden}
         _add_tree_except(pkg, hidden, add)
-    for p in extra:
-        add(p)
     return dirs, files
 
 
@@ -210,8 +205,7 @@ def _close_fds_except(keep: Iterable[int]) -> None:
     os.closerange(low, max(low, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
 
 
-def confine(folder: str | os.PathLike, *, keep_fds: Iterable[int] = (),
-            extra_ro: Iterable[str] = ()) -> None:
+def confine(folder: str | os.PathLike, *, keep_fds: Iterable[int] = ()) -> None:
     """Confine this (single-threaded, freshly forked) process, for good, to ``folder``: see the
     module's docstring. Raises OSError when it cannot (the caller must then not run learner
     code). ``keep_fds``: descriptors above 2 that stay open (a report pipe)."""
@@ -221,7 +215,7 @@ def confine(folder: str | os.PathLike, *, keep_fds: Iterable[int] = (),
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:  # Landlock binds the calling thread only: another would stay free
         raise OSError(f"confine needs a single-threaded process ({threads} threads are running)")
-    dirs, files = read_only_paths(extra_ro)  # before the namespaces: /proc/<pid> is ours now
+    dirs, files = read_only_paths()  # before the namespaces: /proc/<pid> is ours now
     listable = listable_paths()
     _close_fds_except(keep_fds)
     _unshare(_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS)
@@ -251,22 +245,9 @@ def confined_env(folder: str | os.PathLike, src_env: dict | None = None) -> dict
     """The environment of a confined process in ``folder``: the grader's variables are cleared
     (as bubblewrap's ``--clearenv``); HOME, TMPDIR and matplotlib's cache live in
     ``folder/.kernel/``, which this creates."""
-    from .sandbox import KERNEL_DIR, _ENV_KEEP, _seed_matplotlib_cache
+    from .sandbox import kernel_env, prepare_kernel_dir
 
-    kdir = os.path.join(os.path.realpath(folder), KERNEL_DIR)
-    for d in ("home", "tmp", "mpl"):
-        os.makedirs(os.path.join(kdir, d), exist_ok=True)
-    _seed_matplotlib_cache(os.path.join(kdir, "mpl"))
-    home = os.path.join(kdir, "home")
-    env = {"PATH": os.pathsep.join([os.path.join(sys.prefix, "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
-           "HOME": home, "TMPDIR": os.path.join(kdir, "tmp"), "MPLCONFIGDIR": os.path.join(kdir, "mpl"),
-           "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "IPYTHONDIR": os.path.join(home, ".ipython")}
-    src = dict(os.environ if src_env is None else src_env)
-    for key in _ENV_KEEP:
-        if key in src:
-            env[key] = src[key]
-    return env
+    return kernel_env(prepare_kernel_dir(os.path.realpath(folder)), src_env)
 
 
 if __name__ == "__main__":

@@ -287,7 +287,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         isolation = (f"sandboxed (Landlock on warm forks, {why}: no network, one readable and "
                      "writable folder, no signal or ptrace outside it)")
     elif mode == "bwrap":
-        isolation = f"sandboxed (bubblewrap {why}: no network, own PID namespace, one writable folder)"
+        isolation = f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
     else:
         if settings.sandbox:
             sandbox.warn_unsandboxed(why)

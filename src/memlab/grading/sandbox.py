@@ -106,10 +106,14 @@ def warn_unsandboxed(why: str | None = None) -> str:
     return msg
 
 
+# The OS folders a Python + torch process reads (bubblewrap binds them, Landlock allows them).
+SYSTEM_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
 def _system_binds() -> list[str]:
     """--ro-bind / --symlink arguments for the OS: /usr, the merged-usr links, some of /etc."""
     args: list[str] = []
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in SYSTEM_TOPS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -123,50 +127,56 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _python_binds() -> list[str]:
-    """The interpreter's installation and the venv, read-only, at their own paths."""
+def python_dirs() -> list[str]:
+    """The interpreter's installation and the venv (outside /usr), outermost folders only; a
+    venv reached through a link is named by its own path too (its bin/python links into the
+    base installation)."""
     paths: list[str] = []
     for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
         p = os.path.realpath(p)
         if p.startswith("/usr/") or p == "/usr":
-            continue  # already bound
+            continue  # part of the system folders
         if not any(p == q or p.startswith(q + os.sep) for q in paths):
             paths = [q for q in paths if not q.startswith(p + os.sep)] + [p]
-    args: list[str] = []
-    for p in paths:
-        args += ["--ro-bind", p, p]
-    # A venv's bin/python is a link into the base installation: keep the venv's own path too.
     if os.path.realpath(sys.prefix) != sys.prefix and os.path.isdir(sys.prefix):
-        args += ["--ro-bind", sys.prefix, sys.prefix]
+        paths.append(sys.prefix)
+    return paths
+
+
+def _python_binds() -> list[str]:
+    """The interpreter's installation and the venv, read-only, at their own paths."""
+    args: list[str] = []
+    for p in python_dirs():
+        args += ["--ro-bind", p, p]
     return args
+
+
+def memlab_package() -> tuple[str | None, bool]:
+    """(memlab's package folder, whether it lies inside the venv or the Python installation);
+    (None, False) when memlab cannot be found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("memlab")
+    if spec is None or not spec.submodule_search_locations:
+        return None, False
+    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+    inside = any(pkg.startswith(os.path.realpath(p) + os.sep) for p in (sys.prefix, sys.base_prefix))
+    return pkg, inside
 
 
 def _memlab_parent() -> str | None:
     """The folder holding the memlab package when it is not installed inside the venv."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("memlab")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
-    if any(pkg.startswith(os.path.realpath(p) + os.sep) for p in (sys.prefix, sys.base_prefix)):
-        return None
-    return os.path.dirname(pkg)
+    pkg, inside = memlab_package()
+    return None if pkg is None or inside else os.path.dirname(pkg)
 
 
 def _memlab_binds() -> list[str]:
     """memlab's package folder read-only at its own path; instructor-only parts covered."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("memlab")
-    if spec is None or not spec.submodule_search_locations:
+    pkg, inside = memlab_package()
+    if pkg is None:
         return []
-    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
-    prefixes = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)]
-    if any(pkg.startswith(p + os.sep) for p in prefixes):
-        args = []  # a regular (non-editable) install: inside the venv, already bound
-    else:
-        args = ["--ro-bind", pkg, pkg]
+    # a regular (non-editable) install lies inside the venv, already bound
+    args = [] if inside else ["--ro-bind", pkg, pkg]
     for rel in INSTRUCTOR_ONLY:
         hidden = os.path.join(pkg, rel)
         if os.path.isdir(hidden):
@@ -188,13 +198,7 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
     if exe is None:
         raise FileNotFoundError("bwrap not found on PATH")
     folder = os.path.realpath(writable)
-    kdir = os.path.join(folder, KERNEL_DIR)
-    tmp = os.path.join(kdir, "tmp")
-    for d in ("home", "tmp", "mpl"):
-        os.makedirs(os.path.join(kdir, d), exist_ok=True)
-    _seed_matplotlib_cache(os.path.join(kdir, "mpl"))
-    ikdir = os.path.join(INSIDE, KERNEL_DIR)
-    home, mpl = os.path.join(ikdir, "home"), os.path.join(ikdir, "mpl")
+    tmp = os.path.join(prepare_kernel_dir(folder), "tmp")
     args = [exe, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session",
             "--proc", "/proc", "--dev", "/dev",
@@ -207,17 +211,11 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
     for link, target in (links or {}).items():  # symbolic links (not writable places)
         args += ["--symlink", INSIDE if os.path.realpath(target) == folder else target, link]
     args += ["--chdir", INSIDE, "--clearenv"]
-    base_env = {"PATH": os.pathsep.join([os.path.join(sys.prefix, "bin"), "/usr/local/bin",
-                                         "/usr/bin", "/bin"]),
-                "HOME": home, "TMPDIR": "/tmp", "MPLCONFIGDIR": mpl, "PYTHONNOUSERSITE": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "IPYTHONDIR": os.path.join(home, ".ipython")}
+    # inside, /tmp is the view of the folder's .kernel/tmp
+    base_env = kernel_env(os.path.join(INSIDE, KERNEL_DIR), env, tmp="/tmp")
     pkg_parent = _memlab_parent()
     if pkg_parent:  # the memlab the grader imports, whether found by .pth or PYTHONPATH
         base_env["PYTHONPATH"] = pkg_parent
-    src_env = dict(os.environ if env is None else env)
-    for key in _ENV_KEEP:
-        if key in src_env:
-            base_env[key] = src_env[key]
     for key, value in sorted(base_env.items()):
         args += ["--setenv", key, value]
     args += ["--", *command]
@@ -226,6 +224,32 @@ def bwrap_argv(command: Sequence[str], writable: str | os.PathLike, *,
         if timeout:
             args = [timeout, "-s", "KILL", f"{float(wall_seconds):g}", *args]
     return args
+
+
+def prepare_kernel_dir(folder: str) -> str:
+    """Create ``folder/.kernel/{home,tmp,mpl}`` (matplotlib's font cache seeded); its path."""
+    kdir = os.path.join(folder, KERNEL_DIR)
+    for d in ("home", "tmp", "mpl"):
+        os.makedirs(os.path.join(kdir, d), exist_ok=True)
+    _seed_matplotlib_cache(os.path.join(kdir, "mpl"))
+    return kdir
+
+
+def kernel_env(kdir: str, src_env: dict | None = None, *, tmp: str | None = None) -> dict[str, str]:
+    """The whole environment of a sandboxed process whose ``.kernel`` folder is seen at
+    ``kdir``: PATH, HOME, TMPDIR (``tmp``, default ``kdir/tmp``), matplotlib's and IPython's
+    folders, no user site, no bytecode, and the :data:`_ENV_KEEP` variables of ``src_env``
+    (default: this process's); nothing else of the grader's."""
+    home = os.path.join(kdir, "home")
+    env = {"PATH": os.pathsep.join([os.path.join(sys.prefix, "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
+           "HOME": home, "TMPDIR": tmp or os.path.join(kdir, "tmp"),
+           "MPLCONFIGDIR": os.path.join(kdir, "mpl"), "PYTHONNOUSERSITE": "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "IPYTHONDIR": os.path.join(home, ".ipython")}
+    src = dict(os.environ if src_env is None else src_env)
+    for key in _ENV_KEEP:
+        if key in src:
+            env[key] = src[key]
+    return env
 
 
 def _seed_matplotlib_cache(mpl_dir: str) -> None:
