@@ -4,8 +4,9 @@ Used by: 06_sharding (every section), tests/lessons/test_distributed.py.
 
 :func:`launch` starts ``world_size`` processes, one per rank (on Linux with gloo: forked from
 the calling process, which has torch imported already; otherwise ``python -m
-memlab.lessons.distributed``, a new interpreter each), joined with ``torch.distributed`` (gloo on the CPU; NCCL when there is one CUDA device per rank),
-``MASTER_ADDR=127.0.0.1`` and a free port. Every rank builds the same small MLP
+memlab.lessons.distributed``, a new interpreter each), joined with ``torch.distributed`` (gloo
+on the CPU; NCCL when there is one CUDA device per rank), ``MASTER_ADDR=127.0.0.1`` and a
+free port. Every rank builds the same small MLP
 (:func:`make_mlp`), wraps it with each strategy, runs ONE training step on its own batch
 (:func:`rank_batches`) and reports, per rank:
 
