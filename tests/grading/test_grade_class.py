@@ -362,11 +362,11 @@ def test_wall_clock_limit_per_submission(course, tmp_path):
         folder = tmp_path / "class" / student / A
         folder.mkdir(parents=True)
         nbformat.write(_with(released, answer), folder / f"{A}.ipynb")
-    settings = GradeSettings(workers=1, cell_timeout=300, submission_timeout=45, memory_mb=3072)
+    settings = GradeSettings(workers=1, cell_timeout=300, submission_timeout=20, memory_mb=3072)
     report = grade_class(tmp_path / "class", config_path=course / "autograder" / "nbgrader_config.py",
                          out=tmp_path / "report", settings=settings, progress=False)
     stuck, fine = report.by_submission[("a_stuck", A)], report.by_submission[("b_fine", A)]
-    assert stuck["score"] == 0 and "over the 45 s limit per submission" in stuck["reason"], stuck["reason"]
+    assert stuck["score"] == 0 and "over the 20 s limit per submission" in stuck["reason"], stuck["reason"]
     assert fine["score"] == 3, fine["reason"]
 
 

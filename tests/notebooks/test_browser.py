@@ -70,6 +70,7 @@ TEST_BUDGET_S = 300 + 150 * len(RELEASES) + SOLUTION_COST_S * len(SOLUTIONS)
 SERVER_START_S = 120      # JupyterLab start-up
 RUN_ALL_S = 420           # one notebook top to bottom (a solution: about 20-90 s on a laptop CPU)
 UI_S = 60                 # one page element to appear
+POLL_S = 0.25             # how often a running notebook's prompts are read
 _deadline = [float("inf")]
 
 
@@ -233,11 +234,11 @@ def _wait_run_all(page, n_code_cells: int) -> None:
         idle = not busy and status == "idle"
         stable = stable + 1 if idle and numbered >= n_code_cells else 0
         stalled = stalled + 1 if idle and numbered < n_code_cells else 0
-        if stable >= 2:
+        if stable >= 3:  # three looks in a row, over half a second: settled
             return
-        if stalled >= 30:
+        if stalled * POLL_S >= 30:
             break
-        time.sleep(1)
+        time.sleep(POLL_S)
     page.screenshot(path=str(SHOTS / "run_all_failed.png"), full_page=True)
     errors = [e[:1500] for e in _page_errors(page)]
     pytest.fail(f"Run All did not run every cell ({numbered} of {n_code_cells} numbered, kernel "

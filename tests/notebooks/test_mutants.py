@@ -121,7 +121,9 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
     # imported once); a sandboxed kernel starts a fresh interpreter: measured on 09's 13 mutants
     # (benchmarks/grading_speed.py has the class-sized figures), autograde 1.7 s per submission
     # warm vs 8.9 s sandboxed on 2 busy cores, and the verdict re-run would double it again.
-    settings = grade_class.GradeSettings(workers=workers, verdict=False, sandbox=False)
+    # One torch thread per kernel: the other pytest-xdist workers use the other cores.
+    settings = grade_class.GradeSettings(workers=workers, verdict=False, sandbox=False,
+                                         threads_per_kernel=1)
     t0 = time.monotonic()
     results = {r["student"]: r for r in grade_class.grade_class(
         subs, config_path=config, out=base / "report", settings=settings,

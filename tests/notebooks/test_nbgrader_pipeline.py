@@ -1,10 +1,21 @@
 """The real nbgrader pipeline, for every assignment in solutions/ (new ones are covered as added).
 
 In a temporary copy of the course (solutions/ and autograder/nbgrader_config.py, whose root
-is computed from its own path) this runs what an instructor runs, through
-``memlab.grading.instructor`` (nbgrader's Python API, one process):
+is computed from its own path) this runs what an instructor runs:
 
     generate_assignment -> submissions -> autograde -> generate_feedback -> export CSV
+
+Every assignment but one is autograded the way an instructor grades a class: ONE
+``grade-class`` batch per assignment (``memlab.grading.grade_class``: nbgrader's autograde and
+generate_feedback in kernels forked from a warm process, torch imported once; the results
+merged into the course gradebook, autograded notebooks and feedback copied into the course).
+This module proves the hidden tests and the notebooks, so the layers that only ever lower a
+score or hide files are off here: no static audit (a cheat must be caught by the hidden tests
+themselves, not refused before it runs), no verdict re-run, no sandbox; tests/grading/
+test_hostile.py grades every solution and blank release with all of them on. ``00_setup``
+(PLAIN below) goes through the instructor's single-student commands instead
+(``memlab.grading.instructor`` autograde + feedback: nbgrader's Python API in this process,
+one fresh kernel per notebook), so that path keeps a real solution, blank and cheats too.
 
 Students per assignment:
     sol      the solution notebook itself: full marks, no error, nothing on stderr
@@ -16,8 +27,8 @@ Students per assignment:
 
 Also: notebooks/ equals a fresh release (never edited by hand), committed notebooks carry no
 outputs and one kernelspec, and source notebooks follow docs/AUTHORING.md.
-Takes ~30-60 s per assignment on 2 CPU cores (each autograde starts a kernel, imports torch and
-runs the whole notebook). These tests are marked ``slow``: `make test PYTEST_ARGS='-m "not slow"'`
+Takes ~10-40 s per assignment on 2 busy CPU cores (every notebook runs whole, every cheat its
+graded cells). These tests are marked ``slow``: `make test PYTEST_ARGS='-m "not slow"'`
 skips them for a quick loop; `make test` and CI run everything.
 """
 from __future__ import annotations
@@ -28,6 +39,7 @@ import csv
 import html
 import importlib.util
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -37,6 +49,7 @@ import pytest
 
 from course_support import make_course, nbgrader_meta, trim_to_graded, with_answer  # noqa: F401
 from memlab.grading import instructor
+from memlab.grading.grade_class import GradeSettings, grade_class
 from memlab.tools import envcheck  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +59,7 @@ CHEATS = ROOT / "tests" / "cheats"
 ASSIGNMENTS = sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 LEARNER_NOTE = ("(learners: your own saved work in notebooks/ shows up here too; the check is for "
                 "authors, who must never edit notebooks/ by hand)")
+PLAIN = "00_setup"  # graded with the instructor's single-student commands (module docstring)
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 
 
@@ -80,7 +94,7 @@ def _work(api, step: str, student: str, assignment: str) -> Path:
 
 
 @pytest.fixture(scope="module", params=ASSIGNMENTS)
-def graded(request, course):
+def graded(request, course, tmp_path_factory):
     """Place the students' submissions for one assignment, autograde and write feedback."""
     api, assignment = course, request.param
     released = _work(api, "release", ".", assignment)
@@ -95,13 +109,30 @@ def graded(request, course):
         # judged by the test cells, and the demo cells would cost every variant a full run
         students[student] = {name: trim_to_graded(
             with_answer(students["blank"][name], v["grade_id"], v["source"].strip()), students["sol"][name])}
-    for student, notebooks in students.items():
-        dest = _work(api, "submitted", student, assignment)
+    if assignment == PLAIN:  # nbgrader's own layout, then the instructor's commands
+        for student, notebooks in students.items():
+            dest = _work(api, "submitted", student, assignment)
+            shutil.copytree(released, dest, ignore=shutil.ignore_patterns("*.ipynb"))  # data files
+            for name, nb in notebooks.items():
+                nbformat.write(nb, dest / name)
+        instructor.autograde(assignment, sorted(students), api=api)
+        instructor.feedback(assignment, api=api)
+        return api, assignment, sorted(students)
+    batch = tmp_path_factory.mktemp(f"class-{assignment}")
+    for student, notebooks in students.items():  # the layout grade-class reads: student/assignment/
+        dest = batch / "class" / student / assignment
         shutil.copytree(released, dest, ignore=shutil.ignore_patterns("*.ipynb"))  # data files
         for name, nb in notebooks.items():
             nbformat.write(nb, dest / name)
-    instructor.autograde(assignment, sorted(students), api=api)
-    instructor.feedback(assignment, api=api)
+    # the cores shared among pytest-xdist's workers (each may grade another assignment), one
+    # torch thread per kernel
+    workers = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    settings = GradeSettings(workers=workers, audit=False, verdict=False, sandbox=False,
+                             threads_per_kernel=1)
+    report = grade_class(batch / "class", config_path=Path(api.coursedir.root) / "autograder" / "nbgrader_config.py",
+                         out=batch / "report", settings=settings, progress=False)
+    failed = {r["student"]: r["reason"] for r in report.results if r["status"] != "ok"}
+    assert not failed, f"{assignment}: grading failed for {failed}"
     return api, assignment, sorted(students)
 
 
