@@ -344,3 +344,17 @@ def test_zygote_loop_watches_the_parent_it_started_with():
         os.close(r)
         if w >= 0:
             os.close(w)
+
+
+def test_kernel_threads_count_the_verdict_rerun_beside_the_kernel():
+    """Threads per learner process share the cores among everything that runs at once: each
+    job runs its kernel and, with the verdict, its re-run side by side (1 worker on 2 cores
+    ran 2 + 2 threads on 2 cores before)."""
+    from memlab.grading.grade_class import kernel_threads
+
+    assert kernel_threads(GradeSettings(), n_local=1, cores=2) == 1
+    assert kernel_threads(GradeSettings(verdict=False), n_local=1, cores=2) == 2
+    assert kernel_threads(GradeSettings(), n_local=2, cores=16) == 4
+    assert kernel_threads(GradeSettings(), n_local=4, cores=2) == 1
+    assert kernel_threads(GradeSettings(scheduler="tcp://h:8786"), n_local=1, cores=16) == 1
+    assert kernel_threads(GradeSettings(threads_per_kernel=3), n_local=1, cores=2) == 3

@@ -109,7 +109,7 @@ from .warm import WarmKernelManager, warm_up  # noqa: F401
 
 __all__ = ["grade_class", "grade_job", "make_job", "course_bundle", "validate_result",
            "GradeSettings", "ClassReport", "find_layout", "structure_check", "audit_check", "limited_kernelspec",
-           "WarmKernelManager", "REVIEW_MARKER"]
+           "WarmKernelManager", "REVIEW_MARKER", "kernel_threads"]
 
 
 @dataclass
@@ -118,7 +118,7 @@ class GradeSettings:
     cell_timeout: int = 300            # Execute.timeout, seconds per cell
     submission_timeout: int = 900      # wall clock per (student, assignment), enforced per job
     memory_mb: int = 4096              # RLIMIT_AS per kernel (0: no limit)
-    threads_per_kernel: int = 0        # OMP/MKL threads per kernel (0: cores // workers)
+    threads_per_kernel: int = 0        # OMP/MKL threads per kernel (0: kernel_threads())
     scheduler: str | None = None       # Dask scheduler address (tcp://host:8786); None: local
     warm: bool = True                  # fork jobs and kernels from a warm process
     kernelspec: str = f"{__name__}:limited_kernelspec"   # hook: how the kernel starts
@@ -139,6 +139,18 @@ class GradeSettings:
 
 
 AUDIT_CHECK = f"{__name__}:audit_check"
+
+
+def kernel_threads(settings: GradeSettings, n_local: int, cores: int | None = None) -> int:
+    """OMP/MKL threads per learner process: ``settings.threads_per_kernel``, else the cores
+    shared by what runs at once: ``n_local`` jobs, each running its kernel and (with the
+    verdict) its re-run side by side; 1 on a Dask cluster (one job per worker thread)."""
+    if settings.threads_per_kernel:
+        return int(settings.threads_per_kernel)
+    if settings.scheduler:
+        return 1
+    per_job = 2 if settings.verdict else 1
+    return max(1, (cores or os.cpu_count() or 1) // (max(1, n_local) * per_job))
 
 
 def _job_settings(settings: GradeSettings, threads: int) -> dict:
@@ -330,8 +342,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         bundles = {a: course_bundle(api, a, gradebook_bytes, config_text)
                    for a in sorted({f[1] for f in found})}
         n_local = max(1, min(settings.workers or os.cpu_count() or 1, len(found)))
-        threads = settings.threads_per_kernel or (1 if settings.scheduler
-                                                  else max(1, (os.cpu_count() or 1) // n_local))
+        threads = kernel_threads(settings, n_local)
         jset = _job_settings(settings, threads)
         ledger_path = out / "ledger.jsonl"
         ledger = _load_ledger(ledger_path) if settings.resume else {}
