@@ -89,6 +89,8 @@ def pytest_configure(config):
     # Under pytest-xdist every core already runs a worker: one torch/OpenMP thread per process
     # (the kernels and grading jobs a test starts inherit it). More threads only oversubscribe
     # the cores: the pipeline of 04 + 05 on 2 workers took 85 s with 2 threads, 76 s with 1.
+    # (course_support.cores_per_worker says the same; this file stays self-contained: the
+    # xdist-group test runs it alone)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if hasattr(config, "workerinput") and workers:
         threads = str(max(1, (os.cpu_count() or 1) // workers))

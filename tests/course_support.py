@@ -10,6 +10,7 @@ import ast
 import builtins
 import contextlib
 import copy
+import os
 import re
 import shutil
 import symtable
@@ -20,6 +21,12 @@ from typing import Iterable, Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def cores_per_worker() -> int:
+    """This process's share of the cores: all of them, or the cores divided among pytest-xdist's
+    workers (each may be grading something else at the same time)."""
+    return max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
 
 
 @contextlib.contextmanager

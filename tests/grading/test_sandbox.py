@@ -50,7 +50,7 @@ def _client(nb, folder, **km):
 
     # 45 s per cell (a cold kernel imports torch in the first), 8 s for the endless loop that
     # tests the interrupt: the test waits out that timeout
-    return NotebookClient(nb, timeout=45, kernel_name="python3", allow_errors=True,
+    return NotebookClient(nb, kernel_name="python3", allow_errors=True,
                           timeout_func=lambda cell: 8 if "while True" in cell.source else 45,
                           interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}},
                           kernel_manager_class=sandbox.SandboxKernelManager, **km)

@@ -81,7 +81,7 @@ def _output_text(cell) -> str:
 
 
 def _grade_assignment(assignment: str, base: Path) -> Graded:
-    from course_support import make_course  # tests/conftest.py
+    from course_support import cores_per_worker, make_course  # tests/
     from memlab.grading import grade_class
 
     api = make_course(base / "course", [assignment])  # this assignment's solutions + config, released
@@ -112,8 +112,7 @@ def _grade_assignment(assignment: str, base: Path) -> Graded:
     # ONE grading batch for the whole assignment (and one more, only for submissions whose
     # kernel or worker died: on a machine short of memory that is the machine, not the mutant)
     # default: the cores shared among pytest-xdist's workers (each may grade another assignment)
-    workers = int(os.environ.get("MEMLAB_MUTANT_WORKERS", "0")) or max(
-        1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    workers = int(os.environ.get("MEMLAB_MUTANT_WORKERS", "0")) or cores_per_worker()
     # verdict=False, sandbox=False: this corpus proves the hidden tests (what they catch and
     # what they say), which neither layer changes: the re-run outside the learner's kernel only
     # ever lowers a score, and is proven on every assignment's solution, like the sandbox, by

@@ -39,7 +39,6 @@ import csv
 import html
 import importlib.util
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -47,7 +46,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import make_course, nbgrader_meta, trim_to_graded, with_answer  # noqa: F401
+from course_support import cores_per_worker, make_course, nbgrader_meta, trim_to_graded, with_answer  # noqa: F401
 from memlab.grading import instructor
 from memlab.grading.grade_class import GradeSettings, grade_class
 from memlab.tools import envcheck  # noqa: F401
@@ -109,25 +108,21 @@ def graded(request, course, tmp_path_factory):
         # judged by the test cells, and the demo cells would cost every variant a full run
         students[student] = {name: trim_to_graded(
             with_answer(students["blank"][name], v["grade_id"], v["source"].strip()), students["sol"][name])}
-    if assignment == PLAIN:  # nbgrader's own layout, then the instructor's commands
-        for student, notebooks in students.items():
-            dest = _work(api, "submitted", student, assignment)
-            shutil.copytree(released, dest, ignore=shutil.ignore_patterns("*.ipynb"))  # data files
-            for name, nb in notebooks.items():
-                nbformat.write(nb, dest / name)
-        instructor.autograde(assignment, sorted(students), api=api)
-        instructor.feedback(assignment, api=api)
-        return api, assignment, sorted(students)
     batch = tmp_path_factory.mktemp(f"class-{assignment}")
-    for student, notebooks in students.items():  # the layout grade-class reads: student/assignment/
-        dest = batch / "class" / student / assignment
+    for student, notebooks in students.items():
+        # PLAIN: nbgrader's own submitted/ layout; the others: student/assignment/ for grade-class
+        dest = (_work(api, "submitted", student, assignment) if assignment == PLAIN
+                else batch / "class" / student / assignment)
         shutil.copytree(released, dest, ignore=shutil.ignore_patterns("*.ipynb"))  # data files
         for name, nb in notebooks.items():
             nbformat.write(nb, dest / name)
+    if assignment == PLAIN:  # the instructor's single-student commands
+        instructor.autograde(assignment, sorted(students), api=api)
+        instructor.feedback(assignment, api=api)
+        return api, assignment, sorted(students)
     # the cores shared among pytest-xdist's workers (each may grade another assignment), one
     # torch thread per kernel
-    workers = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    settings = GradeSettings(workers=workers, audit=False, verdict=False, sandbox=False,
+    settings = GradeSettings(workers=cores_per_worker(), audit=False, verdict=False, sandbox=False,
                              threads_per_kernel=1)
     report = grade_class(batch / "class", config_path=Path(api.coursedir.root) / "autograder" / "nbgrader_config.py",
                          out=batch / "report", settings=settings, progress=False)
