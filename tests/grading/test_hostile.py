@@ -185,7 +185,8 @@ def test_gradebook_intact(graded):
 @pytest.mark.slow
 def test_regrade_identical(graded):
     course, tmp, report = graded
-    again = [s for s, h in HOSTILE.items() if h[2] in ("sandbox", "precheck")] + ["honest_02", "blank_07"]
+    # controls of two quick assignments (a regrade proves determinism: 09 measures, 07 grades text)
+    again = [s for s, h in HOSTILE.items() if h[2] in ("sandbox", "precheck")] + ["honest_09", "blank_07"]
     _write(course, tmp / "again", again)
     second = grade_class(tmp / "again", config_path=course / "autograder" / "nbgrader_config.py",
                          out=tmp / "report2", settings=SETTINGS, progress=False)
@@ -200,20 +201,27 @@ def test_regrade_identical(graded):
 
 
 @pytest.mark.slow
-def test_verdict_layer_alone(course, tmp_path):
+def test_verdict_layer_alone(graded, tmp_path):
     """With the static audit switched off, forgeries of the kernel's report fool nbgrader's
     in-kernel verdict; the independent re-run outside the learner's kernel
-    (memlab.grading.verdict) holds each at the blank notebook's score and says so, and the
-    honest control keeps full marks."""
+    (memlab.grading.verdict) holds each at the blank notebook's score and says so.
+
+    The honest and blank controls are the main batch's (``graded``): the audit never changes
+    their scores (it only refuses edits of locked or test cells, and they make none), while the
+    verdict re-run, the layer under test, is on in both batches; grading them again with the
+    audit off would cost two whole 02 notebooks, each run twice, and prove nothing more."""
+    course, _, main = graded
     a = "02_checkpointing"
-    _write(course, tmp_path / "class", sorted(VERDICT_ONLY) + ["honest_02", "blank_02"])
+    _write(course, tmp_path / "class", sorted(VERDICT_ONLY))
     settings = GradeSettings(workers=2, cell_timeout=180, submission_timeout=600, memory_mb=4096,
                              audit=False)
     report = grade_class(tmp_path / "class", config_path=course / "autograder" / "nbgrader_config.py",
                          out=tmp_path / "report", settings=settings, progress=False)
     by = report.by_submission
-    honest, blank = by[("honest_02", a)], by[("blank_02", a)]
+    honest, blank = main.by_submission[("honest_02", a)], main.by_submission[("blank_02", a)]
     assert honest["score"] == honest["max_score"] > 0, honest["reason"]
+    assert not any("audit" in x for x in honest["review"] + blank["review"]), (
+        "the audit flagged a control, so the main batch's controls do not stand for audit=False")
     problems = []
     for student in sorted(VERDICT_ONLY):
         r = by[(student, a)]
