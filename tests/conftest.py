@@ -87,8 +87,8 @@ def pytest_collection_modifyitems(config, items):
 # the other had nothing left). Here the slow groups go first, the most expensive first, and
 # the quick tests last, where they fill the gaps. The figures are seconds per group on 2 busy
 # cores (`make test PYTEST_ARGS=--durations=0`, 2026-12-01); only the ORDER depends on them,
-# never a verdict. A module not listed counts 30 s if marked slow, else 0; 05's grading runs
-# cost about 5 times an average assignment's (its clinic measures mixed-precision jobs).
+# never a verdict. A slow module not listed counts 30 s; 05's grading runs cost about 5 times
+# an average assignment's (its clinic measures a ladder of mixed-precision jobs).
 _GROUP_COST_S = {
     "tests/grading/test_hostile.py": 450, "tests/notebooks/test_browser.py": 440,
     "tests/grading/test_grade_class.py": 205, "tests/grading/test_grade_scale.py": 110,
@@ -99,9 +99,9 @@ _ASSIGNMENT_FACTOR = {"05_oom_clinic": 5.0, "02_checkpointing": 1.3}
 
 
 def _cost(item) -> float:
-    cost = _GROUP_COST_S.get(item.nodeid.split("::")[0])  # the browser's test is not marked slow
-    if cost is None:
-        cost = 30 if item.get_closest_marker("slow") is not None else 0
+    if item.get_closest_marker("slow") is None:
+        return 0.0
+    cost = _GROUP_COST_S.get(item.nodeid.split("::")[0], 30)
     return cost * max([f for a, f in _ASSIGNMENT_FACTOR.items() if a in item.nodeid] or [1.0])
 
 

@@ -88,7 +88,7 @@ def test_longest_groups_are_handed_out_first():
     items = [item("tests/lessons/test_oom.py::test_a", slow=False),
              item("tests/notebooks/test_mutants.py::test_control[01_x]@mutants-01_x"),
              item("tests/notebooks/test_mutants.py::test_control[05_oom_clinic]@mutants-05_oom_clinic"),
-             item("tests/notebooks/test_browser.py::test_lab", slow=False),  # as the real one
+             item("tests/notebooks/test_browser.py::test_lab"),
              item("tests/notebooks/test_mutants.py::test_caught[01_x-m1]@mutants-01_x"),
              item("tests/grading/test_new_module.py::test_b"),
              item("tests/lessons/test_oom.py::test_c", slow=False),
