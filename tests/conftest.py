@@ -1,8 +1,7 @@
 """Shared pytest set-up.
 
 - Tests marked ``gpu`` skip with a reason when CUDA is absent.
-- Slow tests sharing a course fixture are grouped on one pytest-xdist worker; the costliest
-  groups are handed out first (`_longest_first`).
+- Slow tests sharing a course fixture are grouped on one pytest-xdist worker.
 - tests/course_support.py: ``make_course`` (a temporary released nbgrader course),
   ``nbgrader_meta``, ``with_answer`` (read and edit graded cells by ``grade_id``).
 
@@ -66,8 +65,6 @@ def pytest_collection_modifyitems(config, items):
             # fixture). Set the suffix here, where pytest 9 reads it.
             if loadgroup and "@" not in item.nodeid.rsplit("::", 1)[-1]:
                 _set_nodeid(item, f"{item.nodeid}@{group}")
-    if loadgroup:
-        _longest_first(items)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -78,40 +75,6 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
     for item in gpu_items:
         item.add_marker(skip)
-
-
-# ------------------------------------------------- scheduling: the longest groups first
-# pytest-xdist's loadgroup hands the groups out in the order of the collection (its own
-# reordering, by number of tests per group, is switched off in pytest_configure: it sent the
-# browser's single long test and every other one-test group LAST, so one worker ran them while
-# the other had nothing left). Here the slow groups go first, the most expensive first, and
-# the quick tests last, where they fill the gaps. The figures are seconds per group on 2 busy
-# cores (`make test PYTEST_ARGS=--durations=0`, 2026-12-01); only the ORDER depends on them,
-# never a verdict. A slow module not listed counts 30 s; 05's grading runs cost about 5 times
-# an average assignment's (its clinic measures a ladder of mixed-precision jobs).
-_GROUP_COST_S = {
-    "tests/grading/test_hostile.py": 450, "tests/notebooks/test_browser.py": 440,
-    "tests/grading/test_grade_class.py": 205, "tests/grading/test_grade_scale.py": 110,
-    "tests/notebooks/test_classroom_roundtrip.py": 64, "tests/notebooks/test_mutants.py": 60,
-    "tests/notebooks/test_nbgrader_pipeline.py": 40, "tests/notebooks/test_first_hour.py": 12,
-}
-_ASSIGNMENT_FACTOR = {"05_oom_clinic": 5.0, "02_checkpointing": 1.3}
-
-
-def _cost(item) -> float:
-    if item.get_closest_marker("slow") is None:
-        return 0.0
-    cost = _GROUP_COST_S.get(item.nodeid.split("::")[0], 30)
-    return cost * max([f for a, f in _ASSIGNMENT_FACTOR.items() if a in item.nodeid] or [1.0])
-
-
-def _longest_first(items) -> None:
-    """Stable sort: groups (``<id>@<group>``) by their most expensive test, descending."""
-    group_of = lambda item: item.nodeid.rsplit("@", 1)[-1] if "@" in item.nodeid else item.nodeid  # noqa: E731
-    cost: dict[str, float] = {}
-    for item in items:
-        cost[group_of(item)] = max(cost.get(group_of(item), 0.0), _cost(item))
-    items.sort(key=lambda item: -cost[group_of(item)])
 
 
 # ------------------------------------------------- mutation corpus summary (issue 14)
@@ -135,9 +98,6 @@ def pytest_configure(config):
             os.environ.setdefault(var, threads)
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    # the controller hands out groups in collection order, longest first (_longest_first)
-    if getattr(config.option, "loadscopereorder", None) is not None:
-        config.option.loadscopereorder = False
     # registered by pytest-xdist when it is installed; harmless without it
     config.addinivalue_line("markers", "xdist_group(name): tests that share one worker under --dist loadgroup")
 

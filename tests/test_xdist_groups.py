@@ -70,32 +70,3 @@ def test_each_group_runs_on_one_worker(pytester):
     split = {g: sorted(w) for g, w in seen.items() if len(w) != 1}
     assert not split, f"groups split across workers: {split}"
     assert len(set().union(*seen.values())) == 2, "both workers should get work"
-
-
-def test_longest_groups_are_handed_out_first():
-    """The collection order loadgroup follows (xdist's own reorder by test count is off): the
-    costliest slow groups first, a group's tests together, quick tests last in their order."""
-    import importlib.util
-    from types import SimpleNamespace
-
-    spec = importlib.util.spec_from_file_location("suite_conftest", Path(__file__).with_name("conftest.py"))
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-
-    def item(nodeid, slow=True):
-        return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: object() if slow and name == "slow" else None)
-
-    items = [item("tests/lessons/test_oom.py::test_a", slow=False),
-             item("tests/notebooks/test_mutants.py::test_control[01_x]@mutants-01_x"),
-             item("tests/notebooks/test_mutants.py::test_control[05_oom_clinic]@mutants-05_oom_clinic"),
-             item("tests/notebooks/test_browser.py::test_lab"),
-             item("tests/notebooks/test_mutants.py::test_caught[01_x-m1]@mutants-01_x"),
-             item("tests/grading/test_new_module.py::test_b"),
-             item("tests/lessons/test_oom.py::test_c", slow=False),
-             item("tests/notebooks/test_mutants.py::test_caught[05_oom_clinic-m2]@mutants-05_oom_clinic")]
-    conftest._longest_first(items)
-    order = [i.nodeid.split("::")[1] for i in items]
-    assert order == [
-        "test_lab", "test_control[05_oom_clinic]@mutants-05_oom_clinic",
-        "test_caught[05_oom_clinic-m2]@mutants-05_oom_clinic", "test_control[01_x]@mutants-01_x", "test_caught[01_x-m1]@mutants-01_x",
-        "test_b", "test_a", "test_c"], order
