@@ -206,10 +206,10 @@ def test_verdict_layer_alone(graded, tmp_path):
     in-kernel verdict; the independent re-run outside the learner's kernel
     (memlab.grading.verdict) holds each at the blank notebook's score and says so.
 
-    The honest and blank controls are the main batch's (``graded``): the audit never changes
-    their scores (it only refuses edits of locked or test cells, and they make none), while the
-    verdict re-run, the layer under test, is on in both batches; grading them again with the
-    audit off would cost two whole 02 notebooks, each run twice, and prove nothing more."""
+    The honest and blank controls are the main batch's (``graded``): the audit can only refuse
+    or flag a submission, and it did neither to them (asserted below), so their scores are what
+    audit=False would give; the verdict re-run, the layer under test, is on in both batches.
+    Grading them again would cost two whole 02 notebooks, each run twice, and prove nothing more."""
     course, _, main = graded
     a = "02_checkpointing"
     _write(course, tmp_path / "class", sorted(VERDICT_ONLY))
