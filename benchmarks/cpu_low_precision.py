@@ -18,8 +18,6 @@ Not a test: the numbers depend on the machine. Run:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
@@ -27,19 +25,13 @@ import memlab as ml
 
 
 def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    return 1e3 * ml.timing.median_time(fn, repeats=repeats)  # blocked_autorange rounds, 1 warm-up
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1, help="torch threads (graders run 1 per kernel)")
-    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=5, help="rounds of blocked_autorange per figure")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -64,7 +56,7 @@ def main() -> None:
     for label, config in (("plain", ml.oom.JobConfig(micro_batch=spec.effective_batch)),
                           ("mixed precision", ml.oom.JobConfig(amp=True, micro_batch=spec.effective_batch))):
         run = lambda c=config: ml.oom.run_job(spec, c, device=device, steps=1, backend="cpu-tracker")  # noqa: E731
-        steps[label] = _median_ms(run, max(3, args.repeats // 10))
+        steps[label] = _median_ms(run, args.repeats)
     print(f"05 clinic job, one step under the tracker: plain {steps['plain']:.0f} ms, mixed precision "
           f"{steps['mixed precision']:.0f} ms ({steps['mixed precision'] / steps['plain']:.1f} x)")
 
