@@ -1,6 +1,6 @@
 """nbgrader configuration of GPU Memory Lab (nbgrader 0.9.6).
 
-Load it explicitly: ``python -m memlab.grading.instructor ...`` does, and so does
+Load it explicitly: ``python -m memlab.autograde ...`` does, and so does
 ``nbgrader <command> --NbGrader.config_file=autograder/nbgrader_config.py`` (nbgrader 0.9.6
 ignores ``--config``). See autograder/README.md.
 

@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from memlab.grading import course as instructor
-from memlab.grading.grade_class import GradeSettings, grade_class
+from memlab.autograde import course as instructor
+from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def _resume_run(config: Path, subs: Path, out: Path, n: int) -> tuple[float, int, int]:
     """Interrupt the CLI (2 workers) at half the class, run it again; (seconds, graded, skipped)."""
-    cmd = [sys.executable, "-m", "memlab.grading.instructor", "--config", str(config), "grade-class", str(subs),
+    cmd = [sys.executable, "-m", "memlab.autograde", "--config", str(config), "grade-class", str(subs),
            "--out", str(out), "--workers", "2", "--quiet"]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     ledger = out / "ledger.jsonl"
@@ -185,8 +185,8 @@ def main() -> None:
         if cpu_per_assignment:
             cmean = sum(cpu_per_assignment.values()) / len(cpu_per_assignment)
             cpu_total = 100 * sum(cpu_per_assignment.get(a, cmean) for a in every)
-            print(f"CPU seconds per submission (the job's process and every process it reaped: "
-                  f"kernels, re-runs, 06's ranks; a bubblewrap sandbox hides its own): " + ", ".join(
+            print("CPU seconds per submission (the job's process and every process it reaped: "
+                  "kernels, re-runs, 06's ranks; a bubblewrap sandbox hides its own): " + ", ".join(
                 f"{a[:2]} {c:.1f}" for a, c in sorted(cpu_per_assignment.items())))
             print(f"projected on an idle 2-core machine (CPU time / 2 cores, independent of load): "
                   f"{cpu_total / 2 / 60:.0f} min for 100 x {len(every)} (target < 30 min)")

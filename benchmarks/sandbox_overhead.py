@@ -5,7 +5,7 @@ solution's answer cells in the released notebook) is graded with 1 worker, sandb
 unsandboxed (``GradeSettings.sandbox``; ``--sandbox`` picks which sandbox: Landlock on warm
 forks where usable, the default, or bubblewrap), alternating per assignment so that machine load hits
 both alike. Prints seconds, scores and the ratio per assignment, and how much of each is the verdict re-run
-outside the learner's kernel (memlab.grading.verdict) (one run each: the numbers
+outside the learner's kernel (memlab.autograde.security.verdict) (one run each: the numbers
 depend on the machine and its load). Not a test.
 
     .venv/bin/python benchmarks/sandbox_overhead.py                  # every assignment
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import nbformat
 
-from memlab.grading import course as instructor
-from memlab.grading.grade_class import GradeSettings, grade_class
+from memlab.autograde import course as instructor
+from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     names = (sorted(p.name for p in (ROOT / "solutions").iterdir() if any(p.glob("*.ipynb")))
              if args.assignments == "all" else args.assignments.split(","))
-    from memlab.grading.runner import sandbox_mode
+    from memlab.autograde.batch.runner import sandbox_mode
 
     kind, why = sandbox_mode({"sandbox_kind": args.sandbox})
     if not kind:
@@ -67,7 +67,7 @@ def main() -> None:
             nb = copy.deepcopy(nb)
             for c in nb.cells:
                 if _gid(c) in answers:
-                    c.source = "\n".join(l for l in answers[_gid(c)].splitlines() if not MARK.match(l))
+                    c.source = "\n".join(line for line in answers[_gid(c)].splitlines() if not MARK.match(line))
             secs = {}
             for mode in (True, False):
                 student = f"{'sbx' if mode else 'plain'}_{a[:2]}"

@@ -1,6 +1,10 @@
 """Shared pytest set-up.
 
 - Tests marked ``gpu`` skip with a reason when CUDA is absent.
+- Two tiers: ``make test`` runs ``-m "not full"`` (unit tests of every module, one real nbgrader
+  pipeline per assignment, the layer and lint checks); ``make test-all`` runs everything. The
+  modules of :data:`FULL_TIER` (the corpora, the browser, class-scale grading) and the tests
+  marked ``full`` (the cheats of the pipeline) are the full tier.
 - Slow tests sharing a course fixture are grouped on one pytest-xdist worker.
 - tests/course_support.py: ``make_course`` (a temporary released nbgrader course),
   ``nbgrader_meta``, ``with_answer`` (read and edit graded cells by ``grade_id``).
@@ -19,6 +23,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_SKIP_REASON = "needs a CUDA device: torch.cuda.is_available() is False"
+
+
+# The full tier (``make test-all``, CI): every test of these modules is marked ``full``.
+FULL_TIER = (
+    "tests/notebooks/test_mutants.py",            # the mutation corpus, graded as a class
+    "tests/grading/test_hostile.py",              # the hostile corpus, every layer on
+    "tests/notebooks/test_browser.py",            # JupyterLab in headless Chromium
+    "tests/grading/test_grade_class.py",          # 28 broken and hostile submissions, regrades
+    "tests/grading/test_grade_scale.py",          # Dask, zips, zygote lifetimes
+    "tests/notebooks/test_first_hour.py",         # every visible test against warning answers
+    "tests/notebooks/test_classroom_roundtrip.py",  # nbgrader's exchange, student to feedback
+)
 
 
 def _xdist_group(item) -> str | None:
@@ -52,6 +68,8 @@ def _set_nodeid(item, nodeid: str) -> None:
 def pytest_collection_modifyitems(config, items):
     loadgroup = bool(config.getvalue("loadgroup")) if hasattr(config.option, "loadgroup") else False
     for item in items:
+        if item.nodeid.split("::")[0] in FULL_TIER:
+            item.add_marker(pytest.mark.full)
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
@@ -100,6 +118,7 @@ def pytest_configure(config):
             sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     # registered by pytest-xdist when it is installed; harmless without it
     config.addinivalue_line("markers", "xdist_group(name): tests that share one worker under --dist loadgroup")
+    config.addinivalue_line("markers", "full: the full tier only (make test-all; conftest.FULL_TIER)")
 
 
 def pytest_runtest_logreport(report):

@@ -169,7 +169,7 @@ def make_course(root: Path, assignments: Iterable[str] | None = None):
 
     Fails (not skips) when the registered ``python3`` kernel is not this venv's Python:
     autograde would start the wrong interpreter."""
-    from memlab.grading import course
+    from memlab.autograde import course
     from memlab.tools import envcheck
 
     kernel = envcheck.check_kernel()

@@ -1,66 +1,32 @@
 """The package's layers point one way, and no modules import each other in a circle.
 
-src/memlab/ has four layers (docs/ARCHITECTURE.md), lowest first:
+src/memlab/ has five layers (docs/ARCHITECTURE.md), lowest first:
 
-    measure  <  lessons  <  grading  <  tools
+    measure  <  lessons  <  grading  <  autograde  <  tools
 
-A module may import its own layer and the layers below it, never one above. ``lessons`` is
-stricter: one module per notebook, importing only ``measure`` (and the exceptions listed in
-``SAME_LAYER_OK``, each with its reason). ``memlab/__init__.py`` is the facade and may import
-anything. Every import is read from the source (AST): module level and inside functions,
-``from . import x``, ``from ..measure.tracker import y``, ``import memlab.grading.guard`` and
-``importlib.import_module("memlab....")`` with a literal name.
+``grading`` is what a learner's kernel loads; ``autograde`` runs only on the instructor's
+machine. The layers, the learner/instructor seam and the directions inside a layer are
+import-linter contracts in pyproject.toml ([tool.importlinter]); :func:`test_import_contracts`
+runs ``lint-imports``. This module adds what import-linter does not check: every module lies in a
+layer, no import cycle, and the AST reader below (used by the cycle check) sees every import
+form: module level and inside functions, ``from . import x``, ``from ..measure.tracker import
+y``, ``import memlab.grading.guard`` and ``importlib.import_module("memlab....")`` with a
+literal name.
 """
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "memlab"
-LAYERS = ["measure", "lessons", "grading", "tools"]
-# (importer, imported) pairs inside lessons/, with the reason each is allowed. Keep this empty:
-# what two notebooks share belongs in measure/ (03's and 04's TrainingSpy: measure.training_spy).
-SAME_LAYER_OK: dict[tuple[str, str], str] = {}
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "memlab"
+LAYERS = ["measure", "lessons", "grading", "autograde", "tools"]
 # Cycles being removed by open work, each with the issue that removes it. Keep this empty.
 KNOWN_CYCLES: dict[str, str] = {}
-# Directions fixed inside a layer: (importer, imported) pairs that must not be linked, directly
-# or through other modules, with the reason. The facade of a split module re-exports its parts,
-# and no part imports the facade.
-FORBIDDEN: dict[tuple[str, str], str] = {
-    ("grading.interview_bank", "grading.interview_panel"):
-        "the question bank is the bottom of 07's modules: the widgets import it, not the reverse",
-    ("grading.interview_bank", "grading.interview_review"):
-        "the question bank is the bottom of 07's modules: the review imports it, not the reverse",
-    ("grading.interview_bank", "grading.interview"): "a part never imports its facade",
-    ("grading.interview_panel", "grading.interview"): "a part never imports its facade",
-    ("grading.interview_review", "grading.interview"): "a part never imports its facade",
-    ("grading.interview_panel", "grading.interview_review"):
-        "the widgets (a learner's kernel) need nothing of the instructor's review",
-    ("grading.interview_review", "grading.interview_panel"):
-        "the review runs without ipywidgets: it needs nothing of the widgets",
-    # Class grading: grade_class (orchestration and facade) over intake < runner < warm < jobs,
-    # and merge, report (the grader's side of a result).
-    **{(f"grading.{part}", "grading.grade_class"): "a part never imports its facade"
-       for part in ("intake", "runner", "warm", "jobs", "merge", "report")},
-    ("grading.intake", "grading.runner"):
-        "intake is the bottom of class grading: reading a submission needs nothing of grading it",
-    ("grading.runner", "grading.warm"):
-        "the grading in the child knows nothing of how its process was started (warm hands in "
-        "the kernel manager's name and counts)",
-    ("grading.runner", "grading.jobs"):
-        "the child grades the job it is given: making jobs and waiting for them is above it",
-    ("grading.warm", "grading.jobs"):
-        "the processes run a job; making jobs and waiting for them is above them",
-    ("grading.merge", "grading.runner"):
-        "merging trusts nothing of the runner: a result is checked as data (validate_result)",
-    ("grading.merge", "grading.warm"): "the grader's side never starts a grading process",
-    **{("grading.confine", f"grading.{user}"): "the sandbox knows nothing of who forks the "
-       "processes it confines" for user in ("warm", "runner", "jobs", "verdict", "grade_class")},
-    ("grading.report", "grading.warm"): "the report reads results and the gradebook; it runs nothing",
-    ("grading.report", "grading.jobs"): "the report reads results and the gradebook; it runs nothing",
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -136,24 +102,8 @@ def _layer(module: str) -> int | None:
 
 def test_every_module_is_in_a_layer():
     loose = [m for m in MODULES if m and _layer(m) is None]
-    assert not loose, (f"modules outside the four layers: {loose}; put each in measure/, lessons/, "
-                       "grading/ or tools/ (docs/ARCHITECTURE.md)")
-
-
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) is not None))
-def test_no_import_from_a_higher_layer(module):
-    mine = _layer(module)
-    bad = []
-    for target in sorted(imports_of(module)):
-        theirs = _layer(target)
-        if theirs is None:
-            continue
-        if theirs > mine:
-            bad.append(f"{module} imports {target} ({LAYERS[theirs]} is above {LAYERS[mine]})")
-        elif (LAYERS[mine] == "lessons" and theirs == mine and target != "lessons"
-              and module != "lessons" and (module, target) not in SAME_LAYER_OK):
-            bad.append(f"{module} imports {target}: a lesson module imports only memlab.measure")
-    assert not bad, "\n".join(bad)
+    assert not loose, (f"modules outside the five layers: {loose}; put each in measure/, lessons/, "
+                       "grading/, autograde/ or tools/ (docs/ARCHITECTURE.md)")
 
 
 def test_no_import_cycles():
@@ -194,21 +144,56 @@ def _reachable(start: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("pair", sorted(FORBIDDEN), ids="->".join)
-def test_forbidden_directions_inside_a_layer(pair):
-    importer, imported = pair
-    assert importer in MODULES and imported in MODULES, f"FORBIDDEN names a missing module: {pair}"
-    assert imported not in _reachable(importer), (
-        f"{importer} imports {imported} (directly or through other modules): {FORBIDDEN[pair]}")
-
-
 def test_the_checker_sees_imports():
     """The AST reader finds relative, absolute and importlib imports (a checker that found
-    nothing would pass every test above)."""
+    nothing would pass the cycle test)."""
     assert "measure.tracker" in imports_of("measure.breakdown")
     assert "measure.tracker" in imports_of("lessons.checkpointing")
-    assert "grading.course" in imports_of("grading.instructor")
+    assert "autograde.course" in imports_of("autograde.cli")
     assert "grading.guard" in imports_of("grading")
-    assert "grading.interview_bank" in _reachable("grading.interview_panel")
-    assert "grading.warm" in _reachable("grading.grade_class")
-    assert "grading.runner" in _reachable("grading.jobs")
+    assert "grading.answers.result" in imports_of("grading.answers.grade")   # `from . import x`
+    assert "grading.interview.bank" in _reachable("grading.interview.panel")
+    assert "autograde.batch.processes" in _reachable("autograde.batch.grade_class")
+    assert "autograde.batch.runner" in _reachable("autograde.batch.jobs")
+
+
+def _lint_imports() -> list[str]:
+    exe = Path(sys.executable).with_name("lint-imports")
+    cmd = [str(exe)] if exe.exists() else [shutil.which("lint-imports") or "lint-imports"]
+    return cmd + ["--no-cache"]
+
+
+def test_import_contracts():
+    """pyproject.toml's import-linter contracts hold (the layers, the learner/instructor seam,
+    the directions inside a layer); the output names the import that breaks one."""
+    proc = subprocess.run(_lint_imports(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout and " kept" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_import_contracts_catch_a_break(tmp_path):
+    """The contracts are not vacuous: a copy of the package where the learner's visible tests
+    import the instructor's nbgrader driver breaks the learner/instructor contract."""
+    copy = tmp_path / "src"
+    shutil.copytree(SRC, copy / "memlab", ignore=shutil.ignore_patterns("__pycache__"))
+    visible = copy / "memlab" / "grading" / "visible.py"
+    visible.write_text(visible.read_text() + "\nimport memlab.autograde.course\n")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    env = {"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(_lint_imports(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "memlab.grading.visible -> memlab.autograde.course" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_every_module_of_the_learner_side_loads_without_the_instructor_side():
+    """What 07's set-up cell and every notebook load: no module of memlab.autograde comes with it
+    (checked in a fresh interpreter, at run time, not only in the source)."""
+    code = ("import sys, memlab as ml\n"
+            "ml.interview, ml.rubric, ml.rubric_bank, ml.visible_test\n"
+            "import memlab.grading, memlab.grading.guard\n"
+            "print(sorted(m for m in sys.modules\n"
+            "             if m.startswith(('memlab.autograde', 'memlab.tools', 'nbgrader'))))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", proc.stdout

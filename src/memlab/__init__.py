@@ -6,14 +6,17 @@ The same public API measures on CUDA (the caching allocator's own counters) and 
 (an exact count of live tensor bytes, kept by a TorchDispatchMode), so a graded check gives
 the same verdict on a learner's GPU, an instructor's CPU server and CI.
 
-The package has four layers (docs/ARCHITECTURE.md; tests/test_layers.py enforces the order):
+The package has five layers (docs/ARCHITECTURE.md; import-linter holds them, pyproject.toml):
 
 - ``memlab.measure``: the core (device, units, tracker, breakdown, budget, estimate, plots,
-  formulas, models, timing); imports nothing else of memlab
+  formulas, models, timing, training_spy); imports nothing else of memlab
 - ``memlab.lessons``: one module per notebook (checkpointing, amp, accumulation, oom,
-  distributed, calculator); imports the core only
-- ``memlab.grading``: guard, grader kernel, rubrics, interview, class grading, instructor CLI
-- ``memlab.tools``: envcheck, gpucheck
+  distributed, calculator, levers, serving); imports the core only
+- ``memlab.grading``: what runs INSIDE a learner's kernel: guard, visible tests, the answer
+  engine (``answers``), 07's bank and panel (``interview``)
+- ``memlab.autograde``: what runs only on the instructor's machine: the CLI, nbgrader's API,
+  the review, the class batch and the security stack; no notebook imports it
+- ``memlab.tools``: envcheck, gpucheck, hostedcheck, lab
 
 This module is the facade learners use:
 
@@ -93,15 +96,18 @@ MODULES = {
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",
     "levers": "lessons.levers", "serving": "lessons.serving",
-    "rubric": "grading.rubric", "rubric_bank": "grading.rubric_bank",
-    "interview": "grading.interview", "grade_class": "grading.grade_class",
-    "instructor": "grading.instructor", "grading_kernel": "grading.kernel",
+    "rubric": "grading.answers.grade", "rubric_bank": "grading.answers.bank",
+    "interview": "grading.interview",
+    # The instructor's side (memlab.autograde), never loaded by a notebook: short names kept for
+    # the instructor's commands (python -m memlab.instructor ...).
+    "grade_class": "autograde.batch.grade_class", "instructor": "autograde.cli",
+    "grading_kernel": "autograde.security.kernel",
     "envcheck": "tools.envcheck", "gpucheck": "tools.gpucheck", "hostedcheck": "tools.hostedcheck",
     "visible": "grading.visible", "lab": "tools.lab",
 }
 # Names of the facade that live in a module loaded on first use.
 _LAZY_NAMES = {"visible_test": "grading.visible", "waiting_for": "grading.visible"}
-_SUBPACKAGES = {"measure", "lessons", "grading", "tools"}
+_SUBPACKAGES = {"measure", "lessons", "grading", "autograde", "tools"}
 
 
 class _ShortNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):

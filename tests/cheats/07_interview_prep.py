@@ -10,7 +10,7 @@ tests/grading/test_interview.py checks on an executed notebook.
 """
 
 VARIANTS = {
-    # A patched grading engine: ml.interview.grade uses its own copy of memlab.grading.rubric.
+    # A patched grading engine: ml.interview.grade uses its own copy of memlab.grading.answers.grade.
     "patched_engine": dict(notebook="07_interview_prep", grade_id="answer_q1",
                            expect={"test_q1": 0}, source='''
 ml.rubric.grade_numeric = lambda *args, **kwargs: ml.rubric.Result(1.0)

@@ -1,5 +1,5 @@
 """Cheats and plausible mistakes the tests of 08_more_levers must reject (loaded by
-tests/test_nbgrader_pipeline.py).
+tests/notebooks/test_nbgrader_pipeline.py).
 
 Each entry is a student whose submission is the released notebook with one answer cell
 replaced; ``expect`` gives the points each test cell must award it.

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab.grading.rubric import RUBRICS, grade_numeric, grade_text
+from memlab.grading.answers.grade import RUBRICS, grade_numeric, grade_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "data" / "answers.jsonl"
@@ -347,7 +347,7 @@ def test_reloading_the_facade_reloads_every_part():
     import sys
     code = (
         "import importlib, memlab as ml\n"
-        "import memlab.grading.concepts as c, memlab.grading.quantities as q\n"
+        "import memlab.grading.answers.concepts as c, memlab.grading.answers.quantities as q\n"
         "ml.rubric\n"
         "c.grade_rubric = lambda *a, **k: ml.rubric.Result(1.0)\n"
         "q._parse = lambda *a, **k: (28.0, '', None)\n"

@@ -1,4 +1,4 @@
-"""memlab.grading.audit: the static audit of answer cells (no kernel, fast).
+"""memlab.autograde.security.audit: the static audit of answer cells (no kernel, fast).
 
 Every official solution and every released stub passes (no false positive); every hostile
 source below is flagged with the expected rule; legitimate uses of restricted modules pass.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab.grading import audit
+from memlab.autograde.security import audit
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())

@@ -1,4 +1,4 @@
-"""memlab.grading.confine: the Landlock sandbox a warm-forked kernel or re-run puts on itself.
+"""memlab.autograde.security.landlock: the Landlock sandbox a warm-forked kernel or re-run puts on itself.
 
 Each test forks a process (as the grader's warm slots are forked), confines it to a fresh
 folder and reports, over a pipe, what it could and could not do. The same confinement runs
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab.grading import confine
+from memlab.autograde.security import landlock as confine
 
 def _kernel_supports() -> tuple[bool, str]:
     """Whether this machine offers what confine needs, judged without confine itself (so a
@@ -26,7 +26,7 @@ def _kernel_supports() -> tuple[bool, str]:
         import landlockpy
     except ImportError:
         return False, "landlockpy is not installed"
-    from memlab.grading import sandbox
+    from memlab.autograde.security import bwrap as sandbox
 
     abi = landlockpy.abi_version()
     if abi < confine.MIN_ABI:
@@ -202,7 +202,7 @@ def test_refuses_a_process_with_threads(tmp_path):
 def test_grading_child_sweeps_what_a_kernel_detached(tmp_path):
     """A process the learner detaches (double fork) is reparented to the grading child (the
     subreaper) and killed when the job ends."""
-    from memlab.grading.warm import _set_subreaper, _sweep_descendants
+    from memlab.autograde.batch.processes import _set_subreaper, _sweep_descendants
 
     pidfile = tmp_path / "orphan.pid"
     r, w = os.pipe()

@@ -1,4 +1,4 @@
-"""`python -m memlab.grading.instructor grade-class`: a corpus of broken and hostile submissions of
+"""`python -m memlab.autograde grade-class`: a corpus of broken and hostile submissions of
 00_setup, generated from the released notebook, graded in ONE parallel batch.
 
 Every submission must get a deterministic score and a stated reason; the batch must complete,
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import json
-import shutil
 import sqlite3
 import zipfile
 from pathlib import Path
@@ -21,9 +19,9 @@ import nbformat
 import pytest
 
 from course_support import make_course, nbgrader_meta, with_answer  # noqa: F401
-from memlab.grading import instructor
+from memlab.autograde import cli as instructor
 from memlab.tools import envcheck  # noqa: F401
-from memlab.grading.grade_class import GradeSettings, grade_class
+from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "00_setup"
@@ -158,7 +156,7 @@ CORPUS = {
                           "    except KeyboardInterrupt:\n        pass\n" + CORRECT, None, 0, "timeout"),
     "memory_hog": ("_hog = []\nwhile True:\n    _hog.append(torch.empty(2**28))\n" + CORRECT, None, 0,
                    "memory limit"),
-    # The static audit (memlab.grading.audit) refuses these before anything runs: the answer
+    # The static audit (memlab.autograde.security.audit) refuses these before anything runs: the answer
     # cell is replaced by its stub, scores 0, and the reason names cell, line and rule.
     "sys_exit": ("import sys\nsys.exit(1)\n" + CORRECT, None, 0,
                  "audit: tensor_bytes line 2: process-or-hook API: uses sys.exit"),
@@ -251,7 +249,7 @@ def test_every_submission_gets_its_score_and_a_reason(graded):
     by = report.by_submission
     assert sorted(s for s, _ in by) == sorted(CORPUS), "the batch must grade every submission"
     wrong = []
-    from memlab.grading import sandbox
+    from memlab.autograde.security import bwrap as sandbox
 
     for student, (_, _, score, reason) in sorted(CORPUS.items()):
         if student == "find_solutions_sandboxed" and not sandbox.available()[0]:
@@ -314,7 +312,7 @@ def test_regrade_gives_the_same_csv(graded):
 
 
 def test_find_layout_and_zip_safety(tmp_path):
-    from memlab.grading.grade_class import _safe_extract, find_layout
+    from memlab.autograde.batch.grade_class import _safe_extract, find_layout
 
     (tmp_path / "x" / "submitted" / "ann" / A).mkdir(parents=True)
     assert find_layout(tmp_path / "x", [A]) == tmp_path / "x" / "submitted"
@@ -371,7 +369,7 @@ def test_wall_clock_limit_per_submission(course, tmp_path):
 
 
 def test_reason_never_contradicts_the_score():
-    from memlab.grading.grade_class import _reason_text
+    from memlab.autograde.batch.grade_class import _reason_text
 
     zero = {"status": "ok", "reasons": [], "scans": {},
             "grades": {"nb": {"test_a": [0.0, 2.0, False], "test_b": [1.0, 1.0, False]}}}
@@ -382,7 +380,7 @@ def test_reason_never_contradicts_the_score():
 
 
 def test_gradebook_integrity_check(tmp_path):
-    from memlab.grading.grade_class import gradebook_integrity
+    from memlab.autograde.batch.grade_class import gradebook_integrity
 
     db = tmp_path / "gb.db"
     con = sqlite3.connect(db)

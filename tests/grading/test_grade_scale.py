@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import nbformat
 import pytest
 
 from course_support import make_course
-from memlab.grading.grade_class import (GradeSettings, grade_class, grade_job, make_job,
+from memlab.autograde.batch.grade_class import (GradeSettings, grade_class, grade_job, make_job,
                                         validate_result, _read_tree)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +74,7 @@ def _rows(path: Path, key=("student", "assignment")) -> dict:
 def _cli(base: Path, *args: str) -> tuple[int, str]:
     """instructor's CLI in a fresh interpreter, from base/elsewhere, with relative paths."""
     proc = subprocess.run(
-        [sys.executable, "-m", "memlab.grading.instructor", "--config", "../course/autograder/nbgrader_config.py",
+        [sys.executable, "-m", "memlab.autograde", "--config", "../course/autograder/nbgrader_config.py",
          "grade-class", *args, "--out", "../report", "--workers", "1", "--cell-timeout", "60",
          "--submission-timeout", "240", "--memory-mb", "3072"],
         cwd=base / "elsewhere", capture_output=True, text=True, timeout=600)
@@ -134,7 +133,7 @@ def test_absolute_zip_regrades_one_student(local):
     assert len(lines) == 3, "a once, b twice: nothing graded that was not asked for"
     import json
 
-    from memlab.grading.runner import sandbox_mode
+    from memlab.autograde.batch.runner import sandbox_mode
 
     timings = [json.loads(x)["result"]["timings"] for x in lines]
     *earlier, last = timings
@@ -240,7 +239,7 @@ def test_grade_job_times_out_and_reports(tmp_path, monkeypatch):
               "config": (ROOT / "autograder" / "nbgrader_config.py").read_text(),
               "release": {}, "data": {}, "fingerprint": "x"}
     settings = {"cell_timeout": 5, "submission_timeout": 2, "memory_mb": 0, "threads": 1, "warm": False,
-                "kernelspec": "memlab.grading.grade_class:limited_kernelspec",
+                "kernelspec": "memlab.autograde.batch.runner:limited_kernelspec",
                 "checks": ["slowcheck:check"]}
     job = make_job("s", A, {"x.txt": b"1"}, course, settings)
     t0 = time.monotonic()
@@ -262,7 +261,7 @@ def test_dask_executor_sends_each_assignment_its_own_course_files(monkeypatch):
     """The course bundle goes to the cluster once per assignment; two assignments must not
     share one (a dict given to scatter() would become the cluster's data keys)."""
     distributed = pytest.importorskip("distributed")
-    from memlab.grading import grade_class as gc
+    from memlab.autograde.batch import grade_class as gc
 
     monkeypatch.setattr(gc, "grade_job", lambda job: (job["assignment"], job["course"]["assignment"]))
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
@@ -287,7 +286,7 @@ def test_zygote_dies_with_its_parent_even_when_a_sibling_holds_its_pipe():
     import time
 
     code = ("import os, sys, time\n"
-            "from memlab.grading import warm as g\n"
+            "from memlab.autograde.batch import processes as g\n"
             "g.warm_up()\n"
             "pid = os.fork()\n"
             "if pid == 0:\n    time.sleep(120)\n    os._exit(0)\n"
@@ -327,7 +326,7 @@ def test_zygote_loop_watches_the_parent_it_started_with():
     import os
     import time
 
-    from memlab.grading import warm
+    from memlab.autograde.batch import processes as warm
 
     r, w = os.pipe()
     try:
@@ -350,7 +349,7 @@ def test_kernel_threads_count_the_verdict_rerun_beside_the_kernel():
     """Threads per learner process share the cores among everything that runs at once: each
     job runs its kernel and, with the verdict, its re-run side by side (1 worker on 2 cores
     ran 2 + 2 threads on 2 cores before)."""
-    from memlab.grading.grade_class import kernel_threads
+    from memlab.autograde.batch.grade_class import kernel_threads
 
     assert kernel_threads(GradeSettings(), n_local=1, cores=2) == 1
     assert kernel_threads(GradeSettings(verdict=False), n_local=1, cores=2) == 2

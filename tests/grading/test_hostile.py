@@ -1,4 +1,4 @@
-"""Issue 19: a hostile corpus of 01-07 (tests/hostile/corpus.py) graded in ONE grade-class batch
+"""Issue 19: a hostile corpus of 01-07 (tests/grading/hostile/corpus.py) graded in ONE grade-class batch
 next to honest controls (every assignment's solution, and its blank release: they also prove
 that the verdict re-run outside the learner's kernel leaves a correct solution its full marks).
 Hostile submissions leave out the demo cells grading does not need (a learner may delete them;
@@ -24,10 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memlab.grading import course as instructor
-from memlab.grading.grade_class import GradeSettings, grade_class
+from memlab.autograde import course as instructor
+from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 from memlab.tools import envcheck
-from memlab.grading.runner import sandbox_state
+from memlab.autograde.batch.runner import sandbox_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hostile.corpus import HOSTILE, VERDICT_ONLY  # noqa: E402
@@ -50,7 +50,7 @@ def _honest(release, solution):
                if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
     for c in nb.cells:
         if _gid(c) in answers:
-            c.source = "\n".join(l for l in answers[_gid(c)].splitlines() if not SOLUTION_MARKERS.match(l))
+            c.source = "\n".join(line for line in answers[_gid(c)].splitlines() if not SOLUTION_MARKERS.match(line))
     return nb
 
 
@@ -204,7 +204,7 @@ def test_regrade_identical(graded):
 def test_verdict_layer_alone(graded, tmp_path):
     """With the static audit switched off, forgeries of the kernel's report fool nbgrader's
     in-kernel verdict; the independent re-run outside the learner's kernel
-    (memlab.grading.verdict) holds each at the blank notebook's score and says so.
+    (memlab.autograde.security.verdict) holds each at the blank notebook's score and says so.
 
     The honest and blank controls are the main batch's (``graded``): the audit can only refuse
     or flag a submission, and it did neither to them (asserted below), so their scores are what

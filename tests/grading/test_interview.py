@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 import memlab
+from memlab.autograde import review as rv
 from memlab.grading import interview as iv
-from memlab.grading.rubric import grade_numeric
-from memlab.grading.rubric_bank import RUBRICS
+from memlab.grading.answers.grade import grade_numeric
+from memlab.grading.answers.bank import RUBRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "solutions" / "07_interview_prep" / "07_interview_prep.ipynb"
@@ -63,7 +64,7 @@ def keys(source):
 
 @pytest.fixture(scope="module")
 def solution_answers(source):
-    values, unsafe = iv.answer_values(source)
+    values, unsafe = rv.answer_values(source)
     assert not unsafe, unsafe
     return values
 
@@ -72,13 +73,11 @@ def solution_answers(source):
 # Every name memlab.grading.interview had before it was split into interview_bank (questions,
 # grading, practice), interview_panel (widgets) and interview_review (instructor's review).
 FACADE = {
-    "interview_bank": ["Question", "QUESTIONS", "TOPICS", "Practice", "PRACTICE", "REVIEW_MARKER",
+    "interview.bank": ["Question", "QUESTIONS", "TOPICS", "Practice", "PRACTICE", "REVIEW_MARKER",
                        "COPY_SHARE", "FULL_TOL", "PARTIAL_TOL", "answer_of", "grade",
                        "copied_share", "practice", "_PRIVATE", "_load_engine", "_ENGINE",
                        "_engine", "_label_list", "_question", "_rubric"],
-    "interview_panel": ["SelfCheck", "StudyPanel", "self_check", "study_panel"],
-    "interview_review": ["ReviewItem", "answer_values", "review_notebook", "find_reviews",
-                         "format_reviews", "course_reviews", "main", "_regrade"],
+    "interview.panel": ["SelfCheck", "StudyPanel", "self_check", "study_panel"],
 }
 
 
@@ -91,19 +90,21 @@ def test_facade_re_exports_the_parts():
             assert getattr(iv, name) is getattr(module, name), f"ml.interview.{name} is not {part}'s"
     assert set(iv.__all__) <= {n for names in FACADE.values() for n in names}
     assert memlab.interview is iv                        # the short name notebooks use
-    # the private engine: loaded once, from grading/'s files, apart from the public modules
-    assert iv._ENGINE[0].__name__ == f"{iv._PRIVATE}.rubric"
-    assert iv._ENGINE[1].__name__ == f"{iv._PRIVATE}.rubric_bank"
-    assert iv._ENGINE[0] is not memlab.grading.rubric
-    assert Path(iv._ENGINE[0].__file__).parent == Path(iv.__file__).parent
+    # the instructor's review is not part of 07's face (a learner's kernel never loads it)
+    assert not hasattr(iv, "review_notebook") and not hasattr(iv, "main")
+    # the private engine: loaded once, from answers/'s files, apart from the public modules
+    assert iv._ENGINE[0].__name__ == f"{iv._PRIVATE}.grade"
+    assert iv._ENGINE[1].__name__ == f"{iv._PRIVATE}.bank"
+    assert iv._ENGINE[0] is not memlab.grading.answers.grade
+    assert Path(iv._ENGINE[0].__file__).parent == Path(memlab.grading.answers.grade.__file__).parent
 
 
 def test_review_cli_runs_as_a_module(tmp_path):
-    """``python -m memlab.grading.interview review`` and its short name ``memlab.interview``."""
+    """``python -m memlab.autograde.review review`` (the instructor's side, not 07's facade)."""
     import subprocess
     import sys
 
-    for module in ("memlab.grading.interview", "memlab.interview"):
+    for module in ("memlab.autograde.review",):
         proc = subprocess.run([sys.executable, "-m", module, "review", "--path", str(tmp_path)],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and "nothing flagged" in proc.stdout, (module, proc.stderr)
@@ -146,10 +147,9 @@ def test_release_and_package_hold_no_keys(keys):
     for gid, cell in _cells(release).items():
         text = _src(cell)
         assert "HIDDEN" not in text and not KEY_CALL.search(text), gid
-    # the facade and the modules it is made of (interview_bank holds the practice keys)
-    files = sorted(Path(iv.__file__).parent.glob("interview*.py"))
-    assert {f.stem for f in files} >= {"interview", "interview_bank", "interview_panel",
-                                       "interview_review"}
+    # the facade, the modules it is made of (the bank holds the practice keys) and the review
+    files = sorted(Path(iv.__file__).parent.glob("*.py")) + [Path(rv.__file__)]
+    assert {f.stem for f in files} >= {"__init__", "bank", "panel", "review"}
     for path in files:
         package = path.read_text()
         for qid, key in keys.items():
@@ -163,7 +163,7 @@ def test_solution_scores_full_marks_through_the_test_code(source, solution_answe
     for gid, cell in _cells(source).items():
         meta = cell["metadata"]["nbgrader"]
         if meta.get("grade") and not meta.get("solution"):
-            points, printed = iv._regrade(_src(cell), solution_answers, meta["points"])
+            points, printed = rv._regrade(_src(cell), solution_answers, meta["points"])
             assert points == meta["points"], f"{gid}: {points} of {meta['points']}\n{printed}"
             assert iv.REVIEW_MARKER not in printed, f"{gid} is flagged:\n{printed}"
     assert capsys.readouterr().err == ""
@@ -262,12 +262,12 @@ def test_copying_the_model_answer_is_flagged(capsys):
 
 
 def test_grade_undoes_a_patched_engine(capsys):
-    original = memlab.grading.rubric.grade_numeric
-    memlab.grading.rubric.grade_numeric = lambda *a, **k: memlab.grading.rubric.Result(1.0)
+    original = memlab.grading.answers.grade.grade_numeric
+    memlab.grading.answers.grade.grade_numeric = lambda *a, **k: memlab.grading.answers.grade.Result(1.0)
     try:
         assert iv.grade("q1", "1 GB", 20.8).score == 0.0
     finally:
-        memlab.grading.rubric.grade_numeric = original
+        memlab.grading.answers.grade.grade_numeric = original
 
 
 def test_grade_is_silent_on_stderr_and_warns_nothing(capsys):
@@ -370,13 +370,13 @@ def test_review_lines_are_found_in_test_cell_outputs(source, tmp_path):
     folder = tmp_path / "alice" / "07_interview_prep"
     folder.mkdir(parents=True)
     (folder / "07_interview_prep.ipynb").write_text(json.dumps(nb))
-    items = iv.find_reviews(tmp_path)
+    items = rv.find_reviews(tmp_path)
     assert [(i.student, i.assignment, i.question, i.source) for i in items] == [
         ("alice", "07_interview_prep", "q9", "flagged")]
     assert "review band" in items[0].reason
-    text = iv.format_reviews(items)
+    text = rv.format_reviews(items)
     assert "alice/07_interview_prep/07_interview_prep.ipynb  q9  [flagged]" in text
-    assert iv.format_reviews([]) == "nothing flagged for manual review"
+    assert rv.format_reviews([]) == "nothing flagged for manual review"
 
 
 def test_report_heads_of_other_assignments_are_found():
@@ -384,7 +384,7 @@ def test_report_heads_of_other_assignments_are_found():
         "grade": True, "solution": False, "grade_id": "test_written_answer", "points": 2}},
         "outputs": [{"output_type": "stream", "name": "stdout",
                      "text": "[needs review] score 0.55 (text): score 0.55 is in the review band\n"}]}]}
-    items = iv.review_notebook(nb)
+    items = rv.review_notebook(nb)
     assert [(i.question, i.source) for i in items] == [("test_written_answer", "flagged")]
 
 
@@ -397,7 +397,7 @@ def test_audit_catches_a_patched_grader_and_unevaluable_answers(source):
         "answer_q3": 'answer_q3 = "b"',                        # right, shown right
         "answer_q18": "n = 512 // (8 * 16)\nanswer_q18 = f'{n}'",  # arithmetic is evaluated
     }, {"q1": 2.0, "q2": 2.0, "q3": 1.0, "q18": 2.0})
-    items = iv.review_notebook(nb, source)
+    items = rv.review_notebook(nb, source)
     by_q = {i.question: i for i in items}
     assert by_q["q1"].source == "audit" and "runs code" in by_q["q1"].reason
     assert by_q["q2"].source == "audit" and "clean regrade" in by_q["q2"].reason
@@ -409,7 +409,7 @@ def test_audit_of_an_honest_submission_is_quiet(source, solution_answers):
     answers = {f"answer_{q}": f"answer_{q} = {solution_answers['answer_' + q]!r}"
                for q in iv.QUESTIONS}
     points = {q: iv.QUESTIONS[q].points for q in iv.QUESTIONS}
-    assert iv.review_notebook(_fake_autograded(source, answers, points), source) == []
+    assert rv.review_notebook(_fake_autograded(source, answers, points), source) == []
 
 
 @pytest.mark.parametrize("cell,expected", [
@@ -424,7 +424,7 @@ def test_audit_of_an_honest_submission_is_quiet(source, solution_answers):
 def test_answer_values_evaluates_plain_answers(cell, expected):
     nb = {"cells": [{"cell_type": "code", "source": cell, "metadata": {"nbgrader": {
         "grade": False, "solution": True, "grade_id": "answer_q1"}}}]}
-    values, unsafe = iv.answer_values(nb)
+    values, unsafe = rv.answer_values(nb)
     assert not unsafe and values == expected
 
 
@@ -440,7 +440,7 @@ def test_answer_values_evaluates_plain_answers(cell, expected):
 def test_answer_values_never_runs_code(cell):
     nb = {"cells": [{"cell_type": "code", "source": cell, "metadata": {"nbgrader": {
         "grade": False, "solution": True, "grade_id": "answer_q1"}}}]}
-    values, unsafe = iv.answer_values(nb)
+    values, unsafe = rv.answer_values(nb)
     assert "answer_q1" in unsafe and "answer_q1" not in values
 
 
@@ -454,7 +454,7 @@ def test_review_command_reads_the_course_layout(source, tmp_path, capsys):
     nb = _fake_autograded(source, {"answer_q2": 'answer_q2 = "1 GiB"'}, {"q2": 2.0})
     (folder / "07_interview_prep.ipynb").write_text(json.dumps(nb))
     config = tmp_path / "autograder" / "nbgrader_config.py"
-    assert iv.main(["review", "07_interview_prep", "--config", str(config)]) == 0
+    assert rv.main(["review", "07_interview_prep", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "bob/07_interview_prep/07_interview_prep.ipynb  q2  [audit]" in out
     from memlab import instructor
@@ -463,11 +463,12 @@ def test_review_command_reads_the_course_layout(source, tmp_path, capsys):
 
 
 def test_grade_class_report_gets_the_interview_audit(source, tmp_path):
-    """grade-class's class report lists the clean regrade's disagreements (its import of the
-    review is guarded, so a broken import would silently drop the audit)."""
+    """grade-class's class report lists the clean regrade's disagreements: 07's report hook in
+    the registry of assignments runs on 07's submissions only (another assignment's result
+    costs nothing and adds nothing)."""
     from types import SimpleNamespace
 
-    from memlab.grading import grade_class
+    from memlab.autograde.batch import grade_class
 
     folder = tmp_path / "autograded" / "bob" / "07_interview_prep"
     folder.mkdir(parents=True)
@@ -478,8 +479,9 @@ def test_grade_class_report_gets_the_interview_audit(source, tmp_path):
     cd = SimpleNamespace(autograded_directory="autograded", source_directory="source",
                          format_path=lambda base, student, a: str(tmp_path / base / student / a))
     results = [{"status": "ok", "student": "bob", "assignment": "07_interview_prep"},
-               {"status": "error", "student": "eve", "assignment": "07_interview_prep"}]
-    audits = grade_class._interview_audits(SimpleNamespace(coursedir=cd), results)
+               {"status": "error", "student": "eve", "assignment": "07_interview_prep"},
+               {"status": "ok", "student": "bob", "assignment": "03_mixed_precision"}]
+    audits = grade_class._assignment_hooks(SimpleNamespace(coursedir=cd), results)
     assert list(audits) == [("bob", "07_interview_prep")]
     assert [line.split(" ", 2)[:2] for line in audits["bob", "07_interview_prep"]] == [["q2", "[audit]"]]
 
@@ -501,6 +503,6 @@ def test_executed_notebook_end_to_end(source, tmp_path):
             cell.source = 'answer_q9 = "Because it has to recompute the activations, which takes more time."'
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
-    items = {i.question: i for i in iv.review_notebook(json.loads(nbformat.writes(nb)), source)}
+    items = {i.question: i for i in rv.review_notebook(json.loads(nbformat.writes(nb)), source)}
     assert items["q1"].source == "audit", items
     assert items["q9"].source == "flagged" and "review band" in items["q9"].reason

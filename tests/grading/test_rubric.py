@@ -1,4 +1,4 @@
-"""Tests for memlab.grading.rubric (answer grading) and memlab.grading.rubric_bank (the course rubrics).
+"""Tests for memlab.grading.answers.grade (answer grading) and memlab.grading.answers.bank (the course rubrics).
 
 The labelled answers below pin each rubric's behaviour: every answer must land in its
 category's score band. They are written the way learners write (several phrasings, some
@@ -12,12 +12,12 @@ import warnings
 
 import pytest
 
-from memlab.grading import rubric as rb
-from memlab.grading.rubric import (
+from memlab.grading.answers import grade as rb
+from memlab.grading.answers.grade import (
     Concept, Misconception, Result, Rubric, grade_choice, grade_numeric, grade_ordering,
     grade_text, normalize, parse_quantity,
 )
-from memlab.grading.rubric_bank import RUBRICS
+from memlab.grading.answers.bank import RUBRICS
 
 BANDS = {
     "strong": (0.9, 1.0),

@@ -1,4 +1,4 @@
-"""memlab.grading.sandbox: a kernel under bubblewrap, driven by nbclient as nbgrader drives it.
+"""memlab.autograde.security.bwrap: a kernel under bubblewrap, driven by nbclient as nbgrader drives it.
 
 One sandboxed kernel runs a notebook that probes its own confinement: no network, its own PID
 namespace (the grader's PID does not exist there), none of the checkout's other folders
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memlab.grading import sandbox
+from memlab.autograde.security import bwrap as sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_bwrap = pytest.mark.skipif(not sandbox.available()[0],

@@ -1,4 +1,4 @@
-"""memlab.grading.verdict: test verdicts decided outside the learner's kernel.
+"""memlab.autograde.security.verdict: test verdicts decided outside the learner's kernel.
 
 Small notebooks built here are re-run through :func:`verdict.rerun` (a fresh process, under
 bubblewrap where it is usable and without it) and the verdicts compared with nbgrader's rule.
@@ -13,7 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memlab.grading import confine, sandbox, verdict
+from memlab.autograde.security import landlock as confine
+from memlab.autograde.security import bwrap as sandbox
+from memlab.autograde.security import verdict
 
 SANDBOX, WHY = sandbox.available()
 LANDLOCK, LANDLOCK_WHY = confine.available()
@@ -55,7 +57,7 @@ def _run(tmp_path: Path, cells, *, sandboxed=False, trusted=None, wall=120.0, ce
         trusted = {m["grade_id"]: c.source for m, c in zip(meta, cells) if m.get("locked")}
     points = {m["grade_id"]: float(m["points"]) for m in meta if m.get("grade") and not m.get("solution")}
     if sandboxed == "landlock":  # a warm slot forked from this process confines itself
-        from memlab.grading.warm import _WarmKernels
+        from memlab.autograde.batch.processes import _WarmKernels
 
         _WarmKernels.prefork(1, 1)
         try:

@@ -134,7 +134,7 @@ def test_range_agrees_with_pyproject_makefile_and_readme():
 def test_readme_hosted_install_line_keeps_torch_out():
     """The one documented line installs the `hosted` extra, which must never name torch."""
     readme = (ROOT / "README.md").read_text()
-    lines = [l.strip() for l in readme.splitlines() if re.match(r"^ *%pip install .*memlab\[hosted\]", l)]
+    lines = [line.strip() for line in readme.splitlines() if re.match(r"^ *%pip install .*memlab\[hosted\]", line)]
     assert len(lines) == 1, lines
     assert "torch" not in lines[0].replace("memlab", "")
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["hosted"]

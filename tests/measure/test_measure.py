@@ -59,11 +59,15 @@ def test_params_grads_optimizer_state_exact(opt_name, dtype):
     if dtype == "mixed":  # first layer bf16, second fp32
         model[0].to(torch.bfloat16)
         x = torch.randn(5, 13, dtype=torch.bfloat16)
-        fwd = lambda: model[2](model[1](model[0](x)).float())
+
+        def fwd():
+            return model[2](model[1](model[0](x)).float())
     else:
         model.to(dtype)
         x = torch.randn(5, 13, dtype=dtype)
-        fwd = lambda: model(x)
+
+        def fwd():
+            return model(x)
     expected_params = sum(p.numel() * p.element_size() for p in model.parameters())
     make, n_states = OPTIMIZERS[opt_name]
     optimizer = make(model.parameters())
@@ -292,7 +296,9 @@ def test_fake_estimate_equals_real_cpu_measurement():
     def loss_fn(logits, y):
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-    make_opt = lambda ps: torch.optim.AdamW(ps, lr=1e-3)
+    def make_opt(ps):
+        return torch.optim.AdamW(ps, lr=1e-3)
+
     est = ml.estimate_training_step(build, batch, loss_fn, make_opt)
     model = build()
     opt = make_opt(model.parameters())

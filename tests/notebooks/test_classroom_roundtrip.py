@@ -18,7 +18,6 @@ import csv
 import html
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -29,8 +28,8 @@ import nbformat
 import pytest
 
 from course_support import make_course
-from memlab.grading import course as instructor
-from memlab.grading.grade_class import GradeSettings, grade_class
+from memlab.autograde import course as instructor
+from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "00_setup"

@@ -13,7 +13,7 @@ then ONE grading batch with the instructor's ``grade-class`` machinery
 Submissions are trimmed to what grading runs (tests/mutants/__init__.py, ``submission``): the
 demo cells are left out, and answers no mutant touches stay unwritten, so their tests stop at
 ``NotImplementedError`` at once. The control is trimmed the same way and must get full marks;
-the full solution notebooks are graded by tests/test_nbgrader_pipeline.py.
+the full solution notebooks are graded by tests/notebooks/test_nbgrader_pipeline.py.
 
 Workers: ``MEMLAB_MUTANT_WORKERS`` (default: the cores divided among pytest-xdist's workers); ``MEMLAB_MUTANTS=id1,id2`` grades only
 those mutants (and the control), for debugging. The tests of one assignment share one
@@ -82,7 +82,7 @@ def _output_text(cell) -> str:
 
 def _grade_assignment(assignment: str, base: Path) -> Graded:
     from course_support import cores_per_worker, make_course  # tests/
-    from memlab.grading import grade_class
+    from memlab.autograde.batch import grade_class
 
     api = make_course(base / "course", [assignment])  # this assignment's solutions + config, released
     config = base / "course" / "autograder" / "nbgrader_config.py"

@@ -6,7 +6,7 @@ is computed from its own path) this runs what an instructor runs:
     generate_assignment -> submissions -> autograde -> generate_feedback -> export CSV
 
 Every assignment but one is autograded the way an instructor grades a class: ONE
-``grade-class`` batch per assignment (``memlab.grading.grade_class``: nbgrader's autograde and
+``grade-class`` batch per assignment (``memlab.autograde.batch.grade_class``: nbgrader's autograde and
 generate_feedback in kernels forked from a warm process, torch imported once; the results
 merged into the course gradebook, autograded notebooks and feedback copied into the course).
 This module proves the hidden tests and the notebooks, so the layers that only ever lower a
@@ -14,7 +14,7 @@ score or hide files are off here: no static audit (a cheat must be caught by the
 themselves, not refused before it runs), no verdict re-run, no sandbox; tests/grading/
 test_hostile.py grades every solution and blank release with all of them on. ``00_setup``
 (PLAIN below) goes through the instructor's single-student commands instead
-(``memlab.grading.instructor`` autograde + feedback: nbgrader's Python API in this process,
+(``memlab.autograde.cli`` autograde + feedback: nbgrader's Python API in this process,
 one fresh kernel per notebook), so that path keeps a real solution, blank and cheats too.
 
 Students per assignment:
@@ -34,7 +34,6 @@ skips them for a quick loop; `make test` and CI run everything.
 from __future__ import annotations
 
 import ast
-import copy
 import csv
 import html
 import importlib.util
@@ -47,8 +46,8 @@ import nbformat
 import pytest
 
 from course_support import cores_per_worker, make_course, nbgrader_meta, trim_to_graded, with_answer  # noqa: F401
-from memlab.grading import instructor
-from memlab.grading.grade_class import GradeSettings, grade_class
+from memlab.autograde import cli as instructor
+from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 from memlab.tools import envcheck  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +101,7 @@ def graded(request, course, tmp_path_factory):
     for src in sorted(source.glob("*.ipynb")):
         students["sol"][src.name] = nbformat.read(src, as_version=4)
         students["blank"][src.name] = nbformat.read(released / src.name, as_version=4)
-    for student, v in load_variants(assignment).items():
+    for student, v in (load_variants(assignment) if _cheats_selected(request) else {}).items():
         name = f"{v['notebook']}.ipynb"
         # trimmed to what grading runs (no demo cells), as the mutation corpus is: a cheat is
         # judged by the test cells, and the demo cells would cost every variant a full run
@@ -129,6 +128,13 @@ def graded(request, course, tmp_path_factory):
     failed = {r["student"]: r["reason"] for r in report.results if r["status"] != "ok"}
     assert not failed, f"{assignment}: grading failed for {failed}"
     return api, assignment, sorted(students)
+
+
+def _cheats_selected(request) -> bool:
+    """The cheats ride in the pipeline's batch only when their test runs (the full tier:
+    ``make test-all``); ``make test`` grades the solution and the blank release."""
+    return any(item.name.startswith("test_hidden_tests_reject_cheats")
+               for item in request.session.items)
 
 
 def _autograded(api, student, assignment):
@@ -191,6 +197,7 @@ def test_blank_release_scores_zero_and_fails_only_in_graded_cells(graded):
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_hidden_tests_reject_cheats(graded):
     api, assignment, _ = graded
     variants = load_variants(assignment)

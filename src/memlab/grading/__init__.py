@@ -1,24 +1,20 @@
-"""Grading: everything that decides or records a grade.
+"""Grading in the learner's kernel: everything a notebook's graded cells load.
 
-Layer 3 of memlab (see docs/ARCHITECTURE.md): may import ``memlab.measure`` and
-``memlab.lessons``, never ``memlab.tools``.
+Layer 3 of memlab (docs/ARCHITECTURE.md): may import ``memlab.measure`` and ``memlab.lessons``,
+never ``memlab.autograde`` (the instructor's side) or ``memlab.tools`` (import-linter contracts
+in pyproject.toml).
 
 - guard:       the in-kernel guard graded test cells call (``ml.grading.guard()``)
-- kernel:      the grader's kernel launcher (resource limits, guard imported first)
-- rubric:      the graders' public face (``ml.rubric``: grade_text / grade_numeric /
-               grade_choice / grade_ordering), made of: answers (Result, untrusted input),
-               quantities (numbers and units), choices, spelling (typo tolerance),
-               concepts (the concept-rubric engine) and rubric_bank (the course's rubrics)
-- interview:   07's face (``ml.interview``), re-exporting: interview_bank (questions,
-               grading of answers, practice variants), interview_panel (self-study
-               widgets) and interview_review (the instructor's review list)
-- grade_class: grading a whole class (orchestration, re-exporting its parts): intake (zip,
-               layout, the checks before running), jobs (course bundle, make_job, grade_job),
-               warm (warm zygote, grading child, pre-forked kernels), runner (the grading
-               in one job's private course), merge (validation, gradebook merge), report
-- audit:       static audit of answer cells before anything runs (issue 19)
-- sandbox:     bubblewrap around every graded kernel (issue 19)
-- instructor:  the instructor's CLI (``python -m memlab.grading.instructor``)
+- visible:     visible tests with nbgrader's verdict (``ml.visible_test``, ``ml.waiting_for``)
+- answers:     the answer-grading engine; its face is ``ml.rubric`` (answers.grade: grade_text /
+               grade_numeric / grade_choice / grade_ordering), made of result (Result, untrusted
+               input), quantities, choices, spelling, concepts and bank (the course's rubrics)
+- interview:   07's face (``ml.interview``): bank (questions, grading, practice variants, a
+               private copy of the engine) and panel (self-study widgets)
+- assignments: what each assignment needs of the grader (data; read by the guard here and by
+               the instructor's side)
+- instructor:  ``python -m memlab.grading.instructor``, the instructor's command under its old
+               name (memlab.autograde.cli; a learner's kernel never imports it)
 
 ``ml.grading.guard()`` and the guard's other names are re-exported here, so test cells
 written as ``import memlab.grading; ml.grading.guard()`` keep working.

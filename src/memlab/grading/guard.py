@@ -2,8 +2,8 @@
 
 Used by: the test cells of solutions/00_setup, 01, 02, 03, 06 and 07 (``ml.grading.guard()``
 right after each test cell's docstring; 04 and 05 defend differently: their tests reload the
-measuring modules, which replaces these objects, so they do not call the guard), and ``python -m memlab.grading.instructor grade-class`` (its kernel launcher,
-:mod:`memlab.grading.kernel`, imports this module before any learner code runs, so the
+measuring modules, which replaces these objects, so they do not call the guard), and ``python -m memlab.autograde grade-class`` (its kernel launcher,
+:mod:`memlab.autograde.security.kernel`, imports this module before any learner code runs, so the
 originals below are captured from an untouched interpreter).
 
 nbgrader runs the tests in the learner's kernel, after the learner's code. That code can
@@ -34,6 +34,8 @@ import os
 import sys
 from typing import Any
 
+from memlab.grading import assignments as _assignments
+
 __all__ = ["TamperError", "guard", "tampered", "original", "WATCHED", "LESSON_HELPERS"]
 
 
@@ -41,15 +43,9 @@ class TamperError(AssertionError):
     """A function or hook a graded test relies on was replaced by code in the notebook."""
 
 
-# Helpers of single notebooks that their graded tests call to measure or compare (08, 09).
-LESSON_HELPERS: tuple[str, ...] = (
-    "memlab.lessons.levers.eager_attention", "memlab.lessons.levers.state_bytes_after_step",
-    "memlab.lessons.levers.make_optimizer", "memlab.lessons.levers.train_plain",
-    "memlab.lessons.levers.train_steps", "memlab.lessons.levers.step_peak",
-    "memlab.lessons.levers.max_abs_param_diff",
-    "memlab.lessons.serving.generate", "memlab.lessons.serving.cache_bytes",
-    "memlab.lessons.serving.decode_peak", "memlab.lessons.serving.TinyDecoder",
-)
+# Helpers of single notebooks that their graded tests call to measure or compare (08, 09): the
+# registry of assignments says which (memlab.grading.assignments).
+LESSON_HELPERS: tuple[str, ...] = _assignments.guard_helpers()
 
 # (name, getter) pairs: what graded tests call to measure or compare.
 WATCHED: tuple[str, ...] = (
@@ -106,7 +102,7 @@ try:  # what graded tests rely on, as it was when this module was first imported
     import memlab.measure.tracker  # noqa: F401
     import memlab.lessons.levers  # noqa: F401  (LESSON_HELPERS)
     import memlab.lessons.serving  # noqa: F401
-except Exception:  # pragma: no cover - memlab without torch is not a supported install
+except Exception:  # noqa: BLE001  pragma: no cover - memlab without torch is not a supported install
     pass
 _ORIGINALS = _snapshot()
 _STDERR = sys.stderr
@@ -171,7 +167,7 @@ def _ipython_problems() -> list[str]:
         return problems
     try:
         ip = get_ipython()
-    except Exception:
+    except Exception:  # noqa: BLE001  (anything a notebook put there)
         return ["get_ipython() was replaced"]
     if ip is None:
         return problems
@@ -224,6 +220,6 @@ def guard() -> None:
         try:
             stream.write(message + "\n")
             stream.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001  (a closed or replaced stream)
             pass
     raise TamperError(message)

@@ -53,7 +53,7 @@ if globals().get("_LOADED_ONCE"):
     _training_spy = importlib.reload(_training_spy)
 _LOADED_ONCE = True
 
-from ..measure.training_spy import (  # noqa: E402  (after the reload above)  re-exported
+from ..measure.training_spy import (  # noqa: E402, F401  (after the reload above)  re-exported
     _UNCHECKED, TRACE_LEGEND, Event, TrainingSpy, _is_unchecked, check_accumulation,
     check_micro_batches, group_sizes, micro_batch_sizes, skip_until_written, spy_device,
 )

@@ -352,7 +352,7 @@ def why_no_gradient(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
             attached, missing = run(x.detach())
             if not attached or missing:
                 return generic
-    except Exception as exc:  # the diagnosis itself failed: say what failed
+    except Exception as exc:  # noqa: BLE001 the diagnosis itself failed: say what failed
         return f"the model failed while checking why ({type(exc).__name__}: {exc}); " + generic
     finally:
         for p in params:

@@ -39,7 +39,7 @@ from torch import nn
 
 from ..measure.breakdown import SavedActivations, optimizer_state_bytes
 from ..measure.timing import median_time
-from ..measure.tracker import MemoryTracker, storage_bytes
+from ..measure.tracker import MemoryTracker
 
 __all__ = [
     "eager_attention", "sdpa_attention", "sdpa_backend", "attention_saved_bytes",

@@ -14,9 +14,8 @@ Used by: 00_setup, 01 (every section), 02-05 (baselines), the autograder, the te
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary

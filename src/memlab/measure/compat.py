@@ -134,7 +134,7 @@ def api_available(path: str) -> bool:
     for cut in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:cut]))
-        except Exception:  # ImportError, or a module that fails to load on this build
+        except Exception:  # noqa: BLE001 ImportError, or a module that fails to load on this build
             continue
         try:
             for attr in parts[cut:]:
@@ -175,7 +175,7 @@ class CompatReport:
                  "supported": f"in the supported range {lo} to {hi} (graded with {TORCH_PINNED})",
                  "newer": f"newer than the newest tested ({hi}): supported range {lo} to {hi}",
                  "too_old": f"OLDER than the supported range {lo} to {hi}",
-                 "python": f"on an unsupported Python"}[self.status]
+                 "python": "on an unsupported Python"}[self.status]
         return f"torch {self.torch_version} is {where}"
 
     def message(self) -> str:

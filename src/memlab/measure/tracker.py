@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator

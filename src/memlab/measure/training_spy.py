@@ -422,8 +422,8 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
                             "steps: step the scheduler once per optimizer step, not per "
                             "micro-batch.")
         else:
-            for s, l in zip(steps, scheds):
-                if l < s:
+            for s, sched in zip(steps, scheds):
+                if sched < s:
                     problems.append("scheduler.step() ran before optimizer.step(): call it right "
                                     "after the optimizer step (PyTorch warns otherwise).")
                     break

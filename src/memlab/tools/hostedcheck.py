@@ -82,9 +82,9 @@ def run(root: Path, expect_torch: str | None, cell_timeout: int, only: list[str]
         print(f"[{status}] {rec['notebook']}: {len(tests) - len(bad)}/{len(tests)} graded test cells "
               f"pass, {rec['seconds']} s", flush=True)
         if not nb_problems and path == notebooks[0]:
-            print("       first cell printed:\n" + "\n".join(f"         {l}" for l in banner.splitlines()))
+            print("       first cell printed:\n" + "\n".join(f"         {line}" for line in banner.splitlines()))
         elif not nb_problems:
-            compat = next((l for l in banner.splitlines() if l.startswith("compat  ")), "")
+            compat = next((line for line in banner.splitlines() if line.startswith("compat  ")), "")
             print(f"       first cell: {compat.strip()}")
         for p in nb_problems:
             print(f"       {p}")

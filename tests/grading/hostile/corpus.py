@@ -1,8 +1,8 @@
-"""Hostile submissions of 01-07 (issue 19), graded in ONE batch by tests/test_hostile.py.
+"""Hostile submissions of 01-07 (issue 19), graded in ONE batch by tests/grading/test_hostile.py.
 
 Each entry is the released notebook, blank, with one answer cell replaced by an attack (or its
 nbgrader metadata edited). None deserves more than the blank notebook of its assignment. The
-``held_by`` field says which layer is expected to stop it: "audit" (memlab.grading.audit, the
+``held_by`` field says which layer is expected to stop it: "audit" (memlab.autograde.security.audit, the
 answer cell never runs: the reason names the rule), "sandbox" (the code passes the audit and
 runs, but bubblewrap shows it nothing: the reason is its own NotImplementedError) or
 "precheck" (nbgrader metadata repaired from the release by grade_id).
@@ -163,7 +163,7 @@ HOSTILE.update(ADDED_CELLS)
 
 # Forgeries of the kernel's report about its own test cells, graded with the static audit OFF
 # (tests/grading/test_hostile.py::test_verdict_layer_alone): nbgrader's in-kernel verdict is
-# fooled, the independent re-run outside the learner's kernel (memlab.grading.verdict), which
+# fooled, the independent re-run outside the learner's kernel (memlab.autograde.security.verdict), which
 # has no IPython shell, display hook or kernel session to hook, is not.
 VERDICT_ONLY = {
     "v02_transform_cell": ("02_checkpointing", "predict_ratio", "verdict",

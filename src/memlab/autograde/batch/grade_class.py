@@ -1,0 +1,447 @@
+"""Grade a whole class in one command: ``python -m memlab.autograde grade-class SUBMISSIONS``.
+
+Used by: ``make grade-class SUBMISSIONS=...``, autograder/README.md ("Grading a class"),
+tests/grading/test_grade_class.py, tests/grading/test_grade_scale.py,
+tests/notebooks/test_classroom_roundtrip.py, benchmarks/grading_speed.py.
+
+SUBMISSIONS is a folder or a ``.zip`` (relative or absolute path, from any working directory)
+laid out like nbgrader's submitted folder::
+
+    <student_id>/<assignment>/<notebook>.ipynb      (+ data files, optional timestamp.txt)
+
+at the top of the zip or under one top-level folder (zip ``submitted/`` or ``class/``; an LMS
+export converted with ``nbgrader zip_collect`` already has this layout).
+
+Where things live
+-----------------
+This module is the orchestration (settings, executor, progress, ledger, :func:`grade_class`)
+and the facade: it re-exports the names of its parts, so ``from memlab.autograde.batch.grade_class
+import X`` keeps working; the default hook names name the module that defines each hook
+(``memlab.autograde.batch.runner:limited_kernelspec``, ``memlab.autograde.batch.intake:audit_check``,
+tests/grading/test_assignments.py resolves them). No part imports it (pyproject.toml's contracts).
+
+- :mod:`.intake`:  zip, layout, a submission's files, timestamp.txt, the checks before running
+  (:func:`structure_check`: notebooks repaired against the release; :func:`audit_check`)
+- :mod:`.jobs`:    :func:`course_bundle`, :func:`make_job`, :func:`grade_job` (run one job
+  in a grading child with a wall limit)
+- :mod:`.warm`:    the grading processes: warm zygote, grading child, pre-forked kernels,
+  :class:`WarmKernelManager`
+- :mod:`.runner`:  inside the child: the job's private course, checks, kernelspec
+  (:func:`limited_kernelspec`), nbgrader autograde + feedback, the verdict re-runs, the scan
+- :mod:`.merge`:   :func:`validate_result`, the merge into the course gradebook,
+  :func:`gradebook_integrity`
+- :mod:`.report`:  :class:`ClassReport`, grades.csv, submissions.csv, review.csv,
+  questions.csv, summary.md/json, the score plot
+
+To monkeypatch a function, patch the module that defines it (a patch of the name here does not
+reach a part that calls it); this module's own calls (``_Executor`` submitting
+:func:`grade_job`) go through the names here.
+
+Design: one **job** per (student, assignment), pure data in and out
+--------------------------------------------------------------------
+:func:`grade_job` is the single seam between the class grader and whatever runs a
+submission. A job (a plain dict, see :func:`make_job`) carries the submission's files as bytes,
+a *course bundle* (the nbgrader config text, a copy of the gradebook with no student in it,
+the released notebooks and the data files of the assignment: never a solution notebook) and
+the settings. :func:`grade_job` builds a private temporary course from it, runs the checks
+(``settings["checks"]``: ``"module:function"`` names, see :func:`structure_check`), writes the
+kernelspec (``settings["kernelspec"]``: how the kernel is launched, see
+:func:`limited_kernelspec`), runs nbgrader's autograde and generate_feedback there, and returns
+a result dict: status, reasons, scores per graded cell, late penalty, what the autograded
+notebooks show (errors, stderr, guard and review lines), and the autograded notebooks and
+feedback HTML as bytes. It never touches the course: the class grader alone validates each
+result (:func:`validate_result`) and merges it into the course gradebook.
+
+Jobs run on a standard executor: ``concurrent.futures.ProcessPoolExecutor`` (default, one
+process per core) or a Dask distributed cluster (``--scheduler ADDRESS``). The limits hold per
+job on every executor, because :func:`grade_job` enforces them itself: the grading runs in a
+child process forked from a warm *zygote* (nbgrader, torch, memlab and ipykernel already
+imported), killed with its kernel when it outlives ``submission_timeout`` (scores 0, with the
+reason; the batch goes on). Kernels are forked too, from the same warm image, before the child
+starts any thread (no ``import torch`` per notebook): :class:`WarmKernelManager`.
+
+Security (issue 19; autograder/README.md, Security): the default checks include
+:func:`audit_check` (the static audit, :mod:`memlab.autograde.security.audit`: a violating answer cell is
+replaced by its released stub before anything runs; ``audit=False`` / ``--no-audit`` drops it);
+with ``sandbox=True`` (default) every kernel and re-run is sandboxed: where Landlock is usable
+(``sandbox_kind="auto"``), each is a warm fork that confines itself before any learner code
+(:mod:`memlab.autograde.security.landlock`, :class:`memlab.autograde.batch.processes.ConfinedKernelManager`); else it
+runs under bubblewrap (:class:`memlab.autograde.security.bwrap.SandboxKernelManager`, a fresh
+interpreter each); with neither the report says ``unsandboxed`` with a loud warning. With
+``verdict=True`` (default; ``--no-verdict``)
+every notebook is re-run in a fresh sandboxed process that is not a Jupyter kernel
+(:mod:`memlab.autograde.security.verdict`) and each test cell keeps the lower of nbgrader's score and the
+re-run's, so a kernel that forges its own report gains nothing. The grader retries a merge while the gradebook is
+locked and runs SQLite's integrity check after the batch (summary.md, summary.json).
+
+Resumable: every merged result is appended to ``<out>/ledger.jsonl``; a rerun with the same
+submissions grades only what is missing (or changed). ``students`` / ``assignments`` regrade
+a subset without a full batch; the report always covers everything graded so far.
+Scores are deterministic: the same submissions give the same grades.csv and submissions.csv.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The parts, and the names this facade re-exports (public names, hooks named by dotted path in
+# GradeSettings, and the private helpers tests import from here).
+from memlab.autograde.batch.intake import (  # noqa: F401
+    MAX_NOTEBOOK_BYTES, MAX_ZIP_BYTES, _collect_jobs, _read_tree, _safe_extract, _timestamp,
+    _write_tree, audit_check, find_layout, structure_check)
+from memlab.autograde.batch.jobs import (  # noqa: F401
+    _slim_gradebook, course_bundle, grade_job, make_job)
+from memlab.autograde.batch.merge import (  # noqa: F401
+    _merge, _merge_retrying, gradebook_integrity, validate_result)
+from memlab.autograde.batch.report import (  # noqa: F401
+    ClassReport, _assignment_hooks, _duration, _reason_text, _write_report)
+from memlab.autograde.batch.runner import (  # noqa: F401
+    GUARD_MARKER, MAX_RESULT_FILE_BYTES, REVIEW_MARKER, _failed_result, _first_line, _scan,
+    limited_kernelspec, sandbox_mode, sandbox_state)
+from memlab.autograde.batch.processes import WarmKernelManager, warm_up  # noqa: F401
+
+__all__ = ["grade_class", "grade_job", "make_job", "course_bundle", "validate_result",
+           "GradeSettings", "ClassReport", "find_layout", "structure_check", "audit_check", "limited_kernelspec",
+           "WarmKernelManager", "REVIEW_MARKER", "kernel_threads"]
+
+
+@dataclass
+class GradeSettings:
+    workers: int = 0                   # local processes (0: one per core); ignored with scheduler
+    cell_timeout: int = 300            # Execute.timeout, seconds per cell
+    submission_timeout: int = 900      # wall clock per (student, assignment), enforced per job
+    memory_mb: int = 4096              # RLIMIT_AS per kernel (0: no limit)
+    threads_per_kernel: int = 0        # OMP/MKL threads per kernel (0: kernel_threads())
+    scheduler: str | None = None       # Dask scheduler address (tcp://host:8786); None: local
+    warm: bool = True                  # fork jobs and kernels from a warm process
+    # hooks, each named by the module that defines it (a grading child imports only that one)
+    kernelspec: str = "memlab.autograde.batch.runner:limited_kernelspec"  # how the kernel starts
+    checks: tuple[str, ...] = ("memlab.autograde.batch.intake:structure_check",  # before running
+                               "memlab.autograde.batch.intake:audit_check")
+    sandbox: bool = True               # sandbox every learner process (kernels, verdict re-runs)
+    sandbox_kind: str = "auto"         # "auto": Landlock on warm forks where usable
+    #                                    (memlab.autograde.security.landlock), else bubblewrap
+    #                                    (memlab.autograde.security.bwrap); or "landlock" / "bwrap"
+    audit: bool = True                 # static audit of answer cells (drops audit_check when False)
+    verdict: bool = True               # re-run the tests outside the learner's kernel, lower score
+    #                                    counts (memlab.autograde.security.verdict)
+    config_overrides: dict = field(default_factory=dict)  # hook: nbgrader config per job,
+    #                                  {"Section": {"trait": value}}, applied after the course's
+    resume: bool = True                # skip submissions already in <out>/ledger.jsonl
+    students: tuple[str, ...] = ()     # grade (again) only these students ...
+    assignments: tuple[str, ...] = ()  # ... and/or only these assignments
+
+
+AUDIT_CHECK = "memlab.autograde.batch.intake:audit_check"
+
+
+def kernel_threads(settings: GradeSettings, n_local: int, cores: int | None = None) -> int:
+    """OMP/MKL threads per learner process: ``settings.threads_per_kernel``, else the cores
+    shared by what runs at once: ``n_local`` jobs, each running its kernel and (with the
+    verdict) its re-run side by side; 1 on a Dask cluster (one job per worker thread)."""
+    if settings.threads_per_kernel:
+        return int(settings.threads_per_kernel)
+    if settings.scheduler:
+        return 1
+    per_job = 2 if settings.verdict else 1
+    return max(1, (cores or os.cpu_count() or 1) // (max(1, n_local) * per_job))
+
+
+def _job_settings(settings: GradeSettings, threads: int) -> dict:
+    return {"cell_timeout": int(settings.cell_timeout), "submission_timeout": int(settings.submission_timeout),
+            "memory_mb": int(settings.memory_mb), "threads": int(threads), "warm": bool(settings.warm),
+            "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
+            "sandbox_kind": str(settings.sandbox_kind or "auto"),
+            "verdict": bool(settings.verdict),
+            "checks": [c for c in settings.checks if settings.audit or c != AUDIT_CHECK],
+            "config_overrides": copy.deepcopy(settings.config_overrides)}
+
+
+class _Progress:
+    """One line on stderr: done/total, rate, time left (rewritten in place on a terminal)."""
+
+    def __init__(self, total: int, enabled: bool, skipped: int = 0):
+        self.total, self.enabled, self.skipped = total, enabled, skipped
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self._last = 0.0
+
+    def line(self, last: str = "") -> str:
+        elapsed = time.monotonic() - self.t0
+        rate = self.done / elapsed * 60 if elapsed > 0 and self.done else 0.0
+        left = (self.total - self.done) / (rate / 60) if rate else float("nan")
+        eta = "?" if math.isnan(left) else (f"{left / 60:.0f} min" if left >= 90 else f"{left:.0f} s")
+        skip = f" ({self.skipped} already graded)" if self.skipped else ""
+        return (f"graded {self.done}/{self.total}{skip}  {rate:5.1f}/min  {elapsed:5.0f} s elapsed  "
+                f"~{eta} left  {last[:40]}")
+
+    def update(self, last: str = "") -> None:
+        self.done += 1 if last else 0
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.tty:
+            sys.stderr.write("\r" + self.line(last).ljust(110))
+            if self.done == self.total:
+                sys.stderr.write("\n")
+        elif now - self._last > 10 or self.done == self.total or not last:
+            sys.stderr.write(self.line(last) + "\n")
+        self._last = now
+        sys.stderr.flush()
+
+
+class _Executor:
+    """submit(job) -> future; ProcessPoolExecutor, or a Dask cluster (``scheduler``)."""
+
+    def __init__(self, settings: GradeSettings, n_jobs: int):
+        self.client = None
+        if settings.scheduler:
+            try:
+                from distributed import Client
+            except ImportError as exc:  # pragma: no cover
+                raise RuntimeError("--scheduler needs dask[distributed] (requirements.txt)") from exc
+            self.client = Client(settings.scheduler, timeout=30, set_as_default=False)
+            info = self.client.scheduler_info()
+            self.workers = sum(w.get("nthreads", 1) for w in info["workers"].values()) or 1
+            self._bundles: dict[str, Any] = {}
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.workers = max(1, min(settings.workers or os.cpu_count() or 1, n_jobs))
+            self._init = warm_up if settings.warm else None
+            self.pool = ProcessPoolExecutor(max_workers=self.workers,
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=self._init)
+
+    def submit(self, job: dict):
+        if self.client is None:
+            return self.pool.submit(grade_job, job)
+        a = job["assignment"]
+        if a not in self._bundles:  # sent to the cluster once per assignment, not per job
+            # In a list: scatter() would take a dict's keys as the cluster's data keys.
+            self._bundles[a] = self.client.scatter([job["course"]], broadcast=True, hash=False)[0]
+        job = dict(job, course=self._bundles[a])
+        return self.client.submit(grade_job, job, pure=False,
+                                  key=f"grade-{job['student']}-{a}-{job['digest'][:8]}-{time.monotonic_ns()}")
+
+    def restart_if_broken(self) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if getattr(self.pool, "_broken", False):
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = ProcessPoolExecutor(max_workers=self.workers,
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=self._init)
+
+    def wait_first(self, futures):
+        if self.client is None:
+            from concurrent.futures import FIRST_COMPLETED, wait
+
+            return wait(futures, return_when=FIRST_COMPLETED)[0]
+        while True:  # (distributed.wait needs a default client; this one is private)
+            done = [f for f in futures if f.done()]
+            if done:
+                return done
+            time.sleep(0.1)
+
+    def close(self, cancel: bool = False) -> None:
+        if self.client is None:
+            if cancel:
+                for p in list(getattr(self.pool, "_processes", {}).values()):
+                    try:
+                        p.kill()
+                    except Exception:
+                        pass
+            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        else:
+            self.client.close()
+
+
+def _load_ledger(path: Path) -> dict[tuple[str, str], dict]:
+    entries: dict[tuple[str, str], dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                e = json.loads(line)
+                entries[(e["student"], e["assignment"])] = e
+            except (ValueError, KeyError):
+                continue  # a line cut by a crash
+    return entries
+
+
+def grade_class(submissions: str | Path, *, config_path: str | Path | None = None,
+                out: str | Path | None = None, settings: GradeSettings | None = None,
+                progress: bool = True) -> ClassReport:
+    """Grade every assignment of every student in ``submissions`` (folder or zip); see module doc."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from memlab.autograde import course
+
+    import warnings
+
+    # nbgrader 0.9.6 + SQLAlchemy 2 warn "not in session" on every new submission: noise.
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+    settings = settings or GradeSettings()
+    t_start = time.monotonic()
+    from memlab.autograde.security import bwrap as sandbox
+
+    mode, why = sandbox_mode(settings)
+    if mode == "landlock":
+        isolation = (f"sandboxed (Landlock on warm forks, {why}: no network, one readable and "
+                     "writable folder, no signal or ptrace outside it)")
+    elif mode == "bwrap":
+        isolation = f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
+    else:
+        if settings.sandbox:
+            sandbox.warn_unsandboxed(why)
+        isolation = f"unsandboxed ({why})"
+    # Every path is made absolute here, in the caller's working directory: nothing below
+    # (or in a job, which gets only data) depends on where the command was started.
+    src = Path(submissions).expanduser().resolve()
+    config_file = (Path(config_path).expanduser().resolve() if config_path
+                   else course.default_config_path().resolve())
+    api = course.make_api(config_file)
+    cd = api.coursedir
+    main_root = Path(cd.root)
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        known = sorted(a.name for a in gb.assignments)
+    if not known:
+        raise course.NbgraderError("the gradebook has no assignments: run `make release` first")
+    out = Path(out).expanduser().resolve() if out else main_root / "autograder" / "work" / "class_report"
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="memlab-grade-"))
+    try:
+        if src.is_file() and zipfile.is_zipfile(src):
+            _safe_extract(src, tmp / "input")
+            src = tmp / "input"
+        elif not src.is_dir():
+            raise FileNotFoundError(f"{submissions}: not a folder or a zip file")
+        found, ignored = _collect_jobs(src, known)
+        if not found:
+            raise ValueError(f"no submissions of {known} found in {submissions}")
+        if settings.students:
+            found = [f for f in found if f[0] in settings.students]
+        if settings.assignments:
+            found = [f for f in found if f[1] in settings.assignments]
+        if not found:
+            raise ValueError(f"no submission of students {list(settings.students) or 'any'} and "
+                             f"assignments {list(settings.assignments) or 'any'} in {submissions}")
+        slim = tmp / "gradebook.db"
+        _slim_gradebook(Path(cd.db_url.replace("sqlite:///", "", 1)), slim)
+        gradebook_bytes = slim.read_bytes()
+        config_text = config_file.read_text()
+        bundles = {a: course_bundle(api, a, gradebook_bytes, config_text)
+                   for a in sorted({f[1] for f in found})}
+        n_local = max(1, min(settings.workers or os.cpu_count() or 1, len(found)))
+        threads = kernel_threads(settings, n_local)
+        jset = _job_settings(settings, threads)
+        ledger_path = out / "ledger.jsonl"
+        ledger = _load_ledger(ledger_path) if settings.resume else {}
+        if not settings.resume and ledger_path.exists():
+            ledger_path.unlink()
+        forced = bool(settings.students or settings.assignments)
+        pending, results = [], {}
+        with Gradebook(cd.db_url, cd.course_id) as gb:
+            for student, assignment, folder in found:
+                files = _read_tree(folder)
+                job = make_job(student, assignment, files, bundles[assignment], jset)
+                e = ledger.get((student, assignment))
+                if (not forced and e and e.get("digest") == job["digest"]
+                        and e.get("course") == bundles[assignment]["fingerprint"]):
+                    try:
+                        gb.find_submission(assignment, student)
+                        results[(student, assignment)] = e["result"]
+                        continue
+                    except MissingEntry:
+                        pass
+                pending.append(job)
+        skipped = len(results)
+        bar = _Progress(len(pending), progress, skipped)
+        workers = 0
+        if pending:
+            bar.update()
+            ex = _Executor(settings, len(pending))
+            workers = ex.workers
+            ledger_fh = open(ledger_path, "a")
+            try:
+                with Gradebook(cd.db_url, cd.course_id) as gb:
+                    queue = list(pending)
+                    running: dict[Any, dict] = {}
+                    lost: dict[int, int] = {}  # id(job) -> times its worker process was lost
+                    while queue or running:
+                        while queue and len(running) < 2 * workers:
+                            job = queue.pop(0)
+                            running[ex.submit(job)] = job
+                        for fut in ex.wait_first(running):
+                            job = running.pop(fut)
+                            try:
+                                res = fut.result()
+                            except Exception as exc:  # a worker process lost (killed, out of memory)
+                                from concurrent.futures import BrokenExecutor
+
+                                if isinstance(exc, BrokenExecutor) and ex.client is None:
+                                    # The pool is unusable: a new one, and every job it held goes
+                                    # again; a job whose worker is lost twice scores 0.
+                                    lost[id(job)] = lost.get(id(job), 0) + 1
+                                    if lost[id(job)] < 2:
+                                        queue.insert(0, job)
+                                        ex.restart_if_broken()
+                                        continue
+                                res = _failed_result(job, f"the grading worker process was lost "
+                                                          f"({type(exc).__name__}): scores 0", 0.0)
+                            problems = validate_result(res, job)
+                            if problems:
+                                res = _failed_result(job, "grading result rejected ("
+                                                     + _first_line("; ".join(problems), 160) + "): scores 0",
+                                                     res.get("seconds", 0.0) if isinstance(res, dict) else 0.0)
+                            ts, ts_problem = _timestamp(job["files"])
+                            if ts_problem:
+                                res["reasons"].append(ts_problem)
+                            _merge_retrying(gb, cd, job, res, ts)
+                            res.pop("files", None)
+                            res.pop("log", None)
+                            results[(job["student"], job["assignment"])] = res
+                            ledger_fh.write(json.dumps({
+                                "student": job["student"], "assignment": job["assignment"],
+                                "digest": job["digest"], "course": bundles[job["assignment"]]["fingerprint"],
+                                "result": res}) + "\n")
+                            ledger_fh.flush()
+                            os.fsync(ledger_fh.fileno())
+                            bar.update(f"{job['student']}/{job['assignment']}")
+            except BaseException:
+                ex.close(cancel=True)
+                if progress:
+                    sys.stderr.write(f"\ninterrupted after {bar.done} of {len(pending)}: run the same "
+                                     f"command again to grade only what is missing\n")
+                raise
+            else:
+                ex.close()
+            finally:
+                ledger_fh.close()
+        # The report covers everything graded into this report folder so far.
+        for key, e in _load_ledger(ledger_path).items():
+            results.setdefault(key, e["result"])
+        report = ClassReport(out=out, results=sorted(results.values(), key=lambda r: (r["student"], r["assignment"])),
+                             seconds=time.monotonic() - t_start, workers=workers,
+                             graded=len(pending), skipped=skipped, isolation=isolation,
+                             integrity=gradebook_integrity(cd.db_url.replace("sqlite:///", "", 1)))
+        if report.integrity != "ok":
+            sys.stderr.write(f"\nERROR: the gradebook failed SQLite's integrity check after the batch: "
+                             f"{report.integrity}\n")
+        _write_report(api, report, ignored)
+        return report
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,239 @@
+"""Submission intake for class grading: what arrives, and the checks before anything runs.
+
+Part of :mod:`memlab.autograde.batch.grade_class` (which re-exports the public names): unpacking a zip
+(:func:`_safe_extract`), finding the ``<student>/<assignment>/`` folders (:func:`find_layout`,
+:func:`_collect_jobs`), a submission's files as bytes and back (:func:`_read_tree`,
+:func:`_write_tree`), its ``timestamp.txt`` (:func:`_timestamp`), and the default checks a job
+runs on the submitted notebooks before grading (:func:`structure_check`: repaired against the
+release; :func:`audit_check`: the static audit of answer cells).
+
+The bottom of class grading: imports nothing of the other parts (tests/test_layers.py).
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+# the same reading of a cell's nbgrader metadata everywhere
+from memlab.autograde.security.audit import _meta
+
+MAX_ZIP_BYTES = 2 * 1024 ** 3       # refuse zips that unpack to more than this
+MAX_NOTEBOOK_BYTES = 100 * 1024 ** 2  # a submitted notebook larger than this is not graded
+
+
+def _safe_extract(zip_path: Path, dest: Path) -> None:
+    with zipfile.ZipFile(zip_path) as zf:
+        total = 0
+        for info in zf.infolist():
+            name = info.filename.replace("\\", "/")
+            parts = [p for p in name.split("/") if p not in ("", ".")]
+            if not parts or ".." in parts or name.startswith("/") or parts[0].startswith("__MACOSX"):
+                continue
+            total += info.file_size
+            if total > MAX_ZIP_BYTES:
+                raise ValueError(f"{zip_path} unpacks to more than {MAX_ZIP_BYTES} bytes")
+            target = dest.joinpath(*parts)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out)
+
+
+def find_layout(folder: Path, assignments: Sequence[str]) -> Path:
+    """The folder whose children are students and grandchildren assignments: ``folder`` itself
+    or a chain of single subfolders below it (a zip's top folder, ``submitted/``)."""
+    folder = Path(folder)
+    for _ in range(4):
+        subdirs = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        if any((s / a).is_dir() for s in subdirs for a in assignments):
+            return folder
+        if len(subdirs) == 1:
+            folder = subdirs[0]
+            continue
+        break
+    raise ValueError(f"no <student>/<assignment>/ folders for assignments {list(assignments)} "
+                     f"found in {folder}")
+
+
+def _norm(src: str) -> str:
+    return "\n".join(line.rstrip() for line in src.strip().splitlines())
+
+
+def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
+    """Repair what can be repaired in the submitted folder ``dest``; return the reasons."""
+    import nbformat
+
+    reasons: list[str] = []
+    present = sorted(p.name for p in dest.glob("*.ipynb"))
+    missing = [n for n in expected if f"{n}.ipynb" not in present]
+    extra = [p for p in present if p[:-6] not in expected]
+    if len(missing) == 1 and len(extra) == 1:
+        (dest / extra[0]).rename(dest / f"{missing[0]}.ipynb")
+        reasons.append(f"renamed notebook {extra[0]} graded as {missing[0]}.ipynb")
+        missing = []
+    for name in missing:
+        reasons.append(f"notebook {name}.ipynb missing: its cells score 0")
+    for name in expected:
+        path = dest / f"{name}.ipynb"
+        if not path.is_file():
+            continue
+        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            path.unlink()
+            reasons.append(f"{name}.ipynb is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB: not graded, scores 0")
+            continue
+        try:
+            nb = nbformat.read(str(path), as_version=4)
+            if not isinstance(nb.get("cells"), list):
+                raise ValueError("no cell list")
+        except Exception as exc:  # malformed JSON, wrong schema
+            path.unlink()
+            first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+            reasons.append(f"{name}.ipynb is not a readable notebook ({type(exc).__name__}: {first}): scores 0")
+            continue
+        released = nbformat.read(str(release_dir / f"{name}.ipynb"), as_version=4)
+        rel_cells = {_meta(c).get("grade_id"): c for c in released.cells if _meta(c).get("grade_id")}
+        kernel = (nb.metadata.get("kernelspec") or {}).get("name")
+        if kernel not in (None, "python3"):
+            reasons.append(f"kernelspec {kernel!r} ignored: graded with python3")
+        seen: set[str] = set()
+        cells = []
+        for cell in nb.cells:
+            gid = _meta(cell).get("grade_id")
+            if gid is None:
+                cells.append(cell)
+                continue
+            if gid not in rel_cells:
+                cell.metadata.pop("nbgrader", None)
+                reasons.append(f"unknown grade cell {gid!r}: treated as a plain cell")
+                cells.append(cell)
+                continue
+            if gid in seen:
+                reasons.append(f"grade cell {gid!r} duplicated: the copy was dropped")
+                continue
+            seen.add(gid)
+            ref = rel_cells[gid]
+            if cell.cell_type != ref.cell_type:
+                reasons.append(f"grade cell {gid!r} retyped {ref.cell_type}->{cell.cell_type}: restored")
+                new = (nbformat.v4.new_code_cell if ref.cell_type == "code"
+                       else nbformat.v4.new_markdown_cell)(cell.source, metadata=copy.deepcopy(cell.metadata))
+                new["id"] = cell.get("id", new["id"])
+                cell = new
+            edited = sorted(k for k in ("grade", "solution", "locked", "points", "checksum",
+                                        "schema_version", "cell_type")
+                            if _meta(cell).get(k) != _meta(ref).get(k))
+            if edited:  # repaired by grade_id, not trusted and not zeroed whole
+                reasons.append(f"nbgrader metadata of {gid!r} edited ({', '.join(edited)}): "
+                               f"restored from the release")
+            cell.metadata["nbgrader"] = copy.deepcopy(_meta(ref))
+            if _meta(ref).get("locked") and _norm(cell.source) != _norm(ref.source):
+                what = "test cell" if _meta(ref).get("grade") else "locked cell"
+                reasons.append(f"{what} {gid!r} edited: restored from the release before grading")
+                cell.source = ref.source
+            if cell.cell_type == "code" and _meta(ref).get("grade") and not _meta(ref).get("solution") \
+                    and cell.get("outputs"):
+                reasons.append(f"stored outputs of {gid!r} discarded (tests are re-run)")
+            cells.append(cell)
+        for gid, ref in rel_cells.items():
+            if gid not in seen and _meta(ref).get("grade"):
+                reasons.append(f"grade cell {gid!r} deleted: restored from the release")
+        nb.cells = cells
+        for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
+            cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
+        nbformat.write(nb, str(path))
+    return reasons
+
+
+def structure_check(job: dict, submitted: Path, release_dir: Path) -> dict:
+    """Default check before anything runs: repair the submitted notebooks (see :func:`_precheck`).
+
+    A check is ``f(job, submitted_dir, release_dir) -> {"reasons": [...], "zero": [[notebook,
+    grade_id], ...]}``; it may edit or delete files in ``submitted_dir``. Cells listed in
+    ``zero`` score 0 whatever the tests say (their reason should say why)."""
+    return {"reasons": _precheck(submitted, release_dir, list(job["course"]["notebooks"])), "zero": []}
+
+
+def audit_check(job: dict, submitted: Path, release_dir: Path) -> dict:
+    """The static audit (:mod:`memlab.autograde.security.audit`) as a check: every answer cell that breaks
+    the assignment's policy is replaced by its released stub before anything runs (its tests
+    score 0, pending review); the reason names cell, line and rule ("audit: ...")."""
+    import nbformat
+
+    from memlab.autograde.security.audit import apply_audit
+
+    reasons: list[str] = []
+    for name in job["course"]["notebooks"]:
+        path, rel = submitted / f"{name}.ipynb", release_dir / f"{name}.ipynb"
+        if not path.is_file() or not rel.is_file():
+            continue
+        try:
+            nb = nbformat.read(str(path), as_version=4)
+        except Exception:  # unreadable: structure_check already said so
+            continue
+        found = apply_audit(nb, nbformat.read(str(rel), as_version=4), job["assignment"])
+        if found:
+            nbformat.write(nb, str(path))
+            reasons += found
+    return {"reasons": reasons, "zero": []}
+
+
+def _read_tree(folder: Path, max_bytes: int = MAX_ZIP_BYTES) -> dict[str, bytes]:
+    """Regular files under ``folder`` (no symlinks, no checkpoints) as {posix path: bytes}."""
+    files: dict[str, bytes] = {}
+    total = 0
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_symlink() or not p.is_file() or any(
+                part in (".ipynb_checkpoints", "__MACOSX") for part in rel.parts):
+            continue
+        total += p.stat().st_size
+        if total > max_bytes:
+            raise ValueError(f"{folder} holds more than {max_bytes} bytes")
+        files[rel.as_posix()] = p.read_bytes()
+    return files
+
+
+def _safe_rel(name: str) -> PurePosixPath | None:
+    p = PurePosixPath(name.replace("\\", "/"))
+    if p.is_absolute() or not p.parts or any(x in ("..", "") for x in p.parts):
+        return None
+    return p
+
+
+def _write_tree(folder: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        rel = _safe_rel(name)
+        if rel is None:
+            continue
+        target = folder.joinpath(*rel.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+def _timestamp(files: dict[str, bytes]):
+    """The submission time in timestamp.txt (written by nbgrader's collect / zip_collect)."""
+    raw = files.get("timestamp.txt")
+    if raw is None:
+        return None, None
+    try:
+        from nbgrader.utils import parse_utc
+
+        return parse_utc(raw.decode("utf-8", "replace").strip()), None
+    except Exception:
+        return None, "timestamp.txt unreadable: no late penalty applied"
+
+
+def _collect_jobs(src: Path, known: list[str]) -> tuple[list[tuple[str, str, Path]], list[str]]:
+    layout = find_layout(src, known)
+    found, ignored = [], []
+    for sdir in sorted(p for p in layout.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for adir in sorted(p for p in sdir.iterdir() if p.is_dir()):
+            if adir.name in known:
+                found.append((sdir.name, adir.name, adir))
+            elif not adir.name.startswith("."):
+                ignored.append(f"{sdir.name}/{adir.name}")
+    return found, ignored

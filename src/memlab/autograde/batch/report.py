@@ -1,0 +1,207 @@
+"""The class report: what ``grade-class`` writes after a batch, from the merged gradebook.
+
+Part of :mod:`memlab.autograde.batch.grade_class` (which re-exports the public names).
+:func:`_write_report` writes into the report folder: ``grades.csv`` (nbgrader's export),
+``submissions.csv`` (score, status and the one-line reason of each submission,
+:func:`_reason_text`), ``review.csv`` (what needs a human: edited cells, patched grading code,
+flagged answers, each assignment's report hooks: :func:`_assignment_hooks`), ``questions.csv`` (pass rate
+per graded cell), ``score_distribution.png``, ``summary.json`` and ``summary.md``.
+
+Reads results and the gradebook; runs nothing (tests/test_layers.py).
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ClassReport:
+    out: Path
+    results: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    workers: int = 1
+    graded: int = 0                    # jobs run by this call (the rest came from the ledger)
+    skipped: int = 0
+    isolation: str = ""                # "sandboxed (...)" or "unsandboxed (why)"
+    integrity: str = ""                # PRAGMA integrity_check of the gradebook after the batch
+
+    @property
+    def by_submission(self) -> dict[tuple[str, str], dict]:
+        return {(r["student"], r["assignment"]): r for r in self.results}
+
+
+def _reason_text(result: dict) -> tuple[str, list[str]]:
+    """(one-line reason, review reasons) of a merged result."""
+    parts = list(result["reasons"])
+    review = [r for r in result["reasons"] if "edited" in r or "scores 0" in r or "renamed" in r
+              or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r
+              or "gradebook" in r or r.startswith("audit:") or "independent re-run" in r]
+    for nb, scan in sorted(result.get("scans", {}).items()):
+        parts += scan["events"]
+        for gid, t in sorted(scan["tests"].items()):
+            if t["error"]:
+                parts.append(f"{gid} failed ({t['error']})")
+            elif t["stderr"]:
+                parts.append(f"{gid} wrote to stderr ({t['stderr']})")
+        for g in scan["guards"]:
+            parts.append(f"patched grading code: {g}")
+            review.append(f"patched grading code: {g}")
+        for r in scan["reviews"]:
+            if not r.startswith("audit:"):  # the audit's own line: already in the reasons
+                review.append(f"flagged by the rubric: {r}")
+        review += [e for e in scan["events"] if "memory" in e or "timeout" in e]
+    lost = []
+    for nb, cells in sorted(result.get("grades", {}).items()):
+        for gid, (auto, mx, manual) in sorted(cells.items()):
+            if manual:
+                review.append(f"{nb}/{gid} needs a manual grade")
+            elif result.get("status") == "ok" and (auto or 0) < mx and not any(
+                    p.startswith(f"{gid} ") for p in parts):
+                lost.append(f"{gid} scored {auto or 0:g} of {mx:g}")
+    parts += lost  # the reason never contradicts the score
+    if not parts:
+        parts = ["all tests pass"]
+    seen: set[str] = set()
+    review = [r for r in review if not (r in seen or seen.add(r))]
+    return "; ".join(dict.fromkeys(parts)), review
+
+
+def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
+    from memlab.autograde import course
+
+    out = report.out
+    course.export(out / "grades.csv", api=api)
+    rows, review_rows = [], []
+    per_question: dict[tuple[str, str, str], list[float]] = {}
+    with api.gradebook as gb:  # scores as merged (and late penalties), for every result
+        for r in report.results:
+            sub = gb.find_submission(r["assignment"], r["student"])
+            r["score"], r["max_score"] = float(sub.score), float(sub.max_score)
+            r["late_seconds"] = float(sub.total_seconds_late or 0)
+            for snb in sub.notebooks:
+                for g in snb.grades:
+                    if g.max_score:
+                        per_question.setdefault((r["assignment"], snb.name, g.name), []).append(
+                            1.0 if (g.score or 0) >= g.max_score else 0.0)
+    audits = _assignment_hooks(api, report.results)
+    for r in report.results:
+        reason, review = _reason_text(r)
+        if r.get("late_seconds", 0) > 0:  # from timestamp.txt and the assignment's due date
+            reason += f"; submitted late by {_duration(r['late_seconds'])}"
+        review += [x for x in audits.get((r["student"], r["assignment"]), []) if x not in review]
+        r["reason"], r["review"] = reason, review
+        rows.append({"student": r["student"], "assignment": r["assignment"],
+                     "score": f"{r['score']:g}", "max_score": f"{r['max_score']:g}",
+                     "status": r["status"], "reason": reason,
+                     "isolation": report.isolation.split(" (")[0]})
+        for why in review:
+            review_rows.append({"student": r["student"], "assignment": r["assignment"], "why": why})
+    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
+                                         "isolation"], rows)
+    _write_csv(out / "review.csv", ["student", "assignment", "why"], review_rows)
+    q_rows = [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
+               "pass_rate": f"{sum(v) / len(v):.2f}"} for (a, nb, gid), v in sorted(per_question.items())]
+    _write_csv(out / "questions.csv", ["assignment", "notebook", "grade_id", "submissions", "pass_rate"], q_rows)
+    totals: dict[str, list[float]] = {}
+    for r in report.results:
+        t = totals.setdefault(r["student"], [0.0, 0.0])
+        t[0] += r["score"]
+        t[1] += r["max_score"]
+    _plot(out / "score_distribution.png", {s: (v[0] / v[1] * 100 if v[1] else 0.0) for s, v in totals.items()})
+    secs = [r["seconds"] for r in report.results]
+    summary = {
+        "students": len(totals), "submissions": len(report.results), "workers": report.workers,
+        "graded_now": report.graded, "from_ledger": report.skipped,
+        "seconds": round(report.seconds, 1),
+        "seconds_per_submission": round(report.seconds / max(report.graded, 1), 2),
+        "ignored_folders": ignored, "isolation": report.isolation,
+        "gradebook_integrity": report.integrity,
+        "questions": q_rows, "review": review_rows,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    lines = ["# Class grading summary", "",
+             f"{len(totals)} students, {len(report.results)} submissions, {report.workers} workers, "
+             f"{report.seconds:.0f} s ({summary['seconds_per_submission']} s per submission; "
+             f"slowest {max(secs, default=0):.0f} s).", "",
+             f"Gradebook integrity check after the batch: {report.integrity}.", "",
+             f"Isolation: {report.isolation}." + ("" if report.isolation.startswith("sandboxed") else
+                                                 " LEARNER CODE RAN WITH YOUR RIGHTS: see "
+                                                 "autograder/README.md, Security."), "",
+             "![score distribution](score_distribution.png)", "",
+             "## Pass rate per graded cell (low: the exercise may be too hard)", "",
+             "| assignment | notebook | grade cell | submissions | pass rate |", "|---|---|---|---|---|"]
+    lines += [f"| {q['assignment']} | {q['notebook']} | {q['grade_id']} | {q['submissions']} | {q['pass_rate']} |"
+              for q in q_rows]
+    lines += ["", f"## Needs manual review ({len(review_rows)})", ""]
+    lines += [f"- {x['student']}/{x['assignment']}: {x['why']}" for x in review_rows] or ["- nothing"]
+    lines += ["", "## Submissions", "", "| student | assignment | score | reason |", "|---|---|---|---|"]
+    lines += [f"| {x['student']} | {x['assignment']} | {x['score']}/{x['max_score']} | "
+              f"{x['reason'].replace('|', '/')} |" for x in rows]
+    if ignored:
+        lines += ["", "Ignored folders (not an assignment in the gradebook): " + ", ".join(ignored)]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _assignment_hooks(api, results: list[dict]) -> dict[tuple[str, str], list[str]]:
+    """Review reasons from each assignment's own report hooks (``report_hooks`` of
+    memlab.grading.assignments, e.g. 07's clean regrade of its answers outside the kernel), for
+    each graded submission; an assignment without hooks costs nothing. A hook that fails adds
+    a review reason naming it, never stops the report."""
+    from memlab.grading.assignments import ASSIGNMENTS
+
+    audits: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        entry = ASSIGNMENTS.get(r["assignment"])
+        if r["status"] != "ok" or entry is None:
+            continue
+        for hook in entry.report_hooks:
+            try:
+                reasons = resolve_hook(hook)(api, r)
+            except Exception as exc:
+                reasons = [f"{hook} failed ({type(exc).__name__})"]
+            audits.setdefault((r["student"], r["assignment"]), []).extend(reasons)
+    return audits
+
+
+def resolve_hook(dotted: str):
+    """``"package.module:function"`` -> the function (tests/grading/test_assignments.py resolves
+    every hook of the registry)."""
+    import importlib
+
+    module, _, name = dotted.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _plot(path: Path, percent: dict[str, float]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(list(percent.values()), bins=[i * 10 for i in range(11)], color="#4c72b0", edgecolor="white")
+    ax.set_xlabel("total score (% of the points of the graded assignments)")
+    ax.set_ylabel("students")
+    ax.set_title(f"Score distribution ({len(percent)} students)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

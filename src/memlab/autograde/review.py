@@ -1,0 +1,423 @@
+"""Assignment 07 "Interview prep", part 3 of 3: the instructor's review list.
+
+What an instructor should read by hand: every ``NEEDS MANUAL REVIEW:`` line the graded test
+cells printed (:data:`memlab.grading.interview.bank.REVIEW_MARKER`, or a ``[needs review]``
+report head of ``ml.rubric``), the answers grade-class's static audit withheld, and a clean
+re-grade of every interview answer *outside* the learner's kernel: the answer cells' literal
+values are evaluated without running them (:func:`answer_values`: literals, arithmetic,
+f-strings and a few pure functions, nothing else) and the *source* notebook's test cells
+(from solutions/) are run on them (:func:`_regrade`); any score that differs from the
+notebook's, and any answer cell that can not be evaluated without running learner code,
+becomes a :class:`ReviewItem`.
+
+Used by: :mod:`memlab.autograde.batch.grade_class` (:func:`review_notebook` on each graded notebook,
+for the class report), :mod:`memlab.autograde.cli` (``python -m
+memlab.autograde.cli reviews 07_interview_prep``: :func:`course_reviews` and
+:func:`format_reviews`) and ``python -m memlab.grading.interview review 07_interview_prep``
+(:func:`main`, run by the facade :mod:`memlab.grading.interview`, which re-exports every
+public name here). It imports the question bank (:mod:`memlab.grading.interview.bank`) for
+the review marker; the bank never imports it. The re-graded test cells call
+``ml.interview.grade``, which reaches the facade through ``memlab``'s short names, not an
+import of this module.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from memlab.grading.interview.bank import REVIEW_MARKER
+
+__all__ = ["ReviewItem", "answer_values", "review_notebook", "find_reviews", "format_reviews",
+           "course_reviews", "main"]
+
+
+# ------------------------------------------------------------ instructor: review list
+@dataclass(frozen=True)
+class ReviewItem:
+    """One answer an instructor should read.
+
+    ``source``: "flagged" (the grader printed a review line in the learner's kernel),
+    "regrade" (a clean regrade outside the kernel flagged it) or "audit" (the clean regrade
+    disagrees with the notebook, or the answer cell can not be evaluated without running it).
+    """
+
+    student: str
+    assignment: str
+    notebook: str
+    question: str
+    source: str
+    reason: str
+
+    def line(self) -> str:
+        who = "/".join(x for x in (self.student, self.assignment, self.notebook) if x)
+        return f"{who}  {self.question}  [{self.source}]  {self.reason}"
+
+
+_INTERVIEW_CALL = re.compile(r"ml\.interview\.grade\(\s*[\"'](q\d+)[\"']")
+_REPORT_HEAD = "[needs review]"
+
+
+def _meta(cell) -> dict:
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def _join(text: Any) -> str:
+    """Notebook JSON stores multi-line strings as a str or as a list of lines."""
+    return "".join(text) if isinstance(text, list) else (text or "")
+
+
+def _stdout(cell) -> str:
+    return "".join(_join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def _marked_lines(text: str, grade_id: str) -> list[tuple[str, str]]:
+    """(question, reason) for each review line in a test cell's printed output."""
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(REVIEW_MARKER):
+            rest = line[len(REVIEW_MARKER):].strip()
+            qid, _, reason = rest.partition(" ")
+            found.append((qid, reason.strip()))
+        elif line.startswith(_REPORT_HEAD):          # ml.rubric's Result.report() head
+            found.append((grade_id, line[len(_REPORT_HEAD):].strip()))
+    return found
+
+
+def _cell_points(cell, max_points: float) -> float:
+    """The points nbgrader gives a test cell from its outputs (nbgrader.utils.determine_grade):
+    0 on an error or any stderr, the numeric last expression as partial credit, else full."""
+    outputs = cell.get("outputs", [])
+    for o in outputs:
+        if o.get("output_type") == "error" or (o.get("output_type") == "stream"
+                                               and o.get("name") == "stderr"):
+            return 0.0
+    for o in outputs:
+        if o.get("output_type") == "execute_result":
+            text = _join((o.get("data") or {}).get("text/plain", ""))
+            try:
+                return min(float(max_points), float(text))
+            except (TypeError, ValueError):
+                pass
+    return float(max_points)
+
+
+class _Unsafe(Exception):
+    """An answer cell that can not be evaluated without running learner code."""
+
+
+_SAFE_CALLS: dict[str, Callable[..., Any]] = {
+    "round": round, "int": int, "float": float, "str": str, "abs": abs, "min": min, "max": max,
+    "sum": sum, "math.sqrt": math.sqrt, "math.ceil": math.ceil, "math.floor": math.floor,
+    "math.log2": math.log2, "math.log10": math.log10, "math.prod": math.prod,
+}
+_SAFE_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+                ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+                ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+                ast.Pow: lambda a, b: a ** b}
+
+
+def _safe_eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+    """Evaluate literals, arithmetic, f-strings and a few pure functions; nothing else."""
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Constant) and type(n.value) in (str, int, float, bool, type(None)):
+            return n.value
+        if isinstance(n, ast.Name) and n.id in env:
+            return env[n.id]
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+            items = [ev(e) for e in n.elts]
+            return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(n)](items)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            if type(v) not in (int, float):
+                raise _Unsafe("a sign on a non-number")
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp) and type(n.op) in _SAFE_BINOPS:
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Pow) and (type(b) not in (int, float) or abs(b) > 512):
+                raise _Unsafe("a large power")
+            if isinstance(n.op, ast.Mult) and (isinstance(a, str) or isinstance(b, str)):
+                raise _Unsafe("string repetition")
+            try:
+                v = _SAFE_BINOPS[type(n.op)](a, b)
+            except Exception as exc:  # noqa: BLE001 - the kernel would have raised too
+                raise _Unsafe(f"{type(exc).__name__} in arithmetic") from None
+            if isinstance(v, str) and len(v) > 20_000:
+                raise _Unsafe("a very long string")
+            return v
+        if isinstance(n, ast.JoinedStr):
+            parts = []
+            for v in n.values:
+                if isinstance(v, ast.Constant):
+                    parts.append(str(v.value))
+                elif isinstance(v, ast.FormattedValue):
+                    val = ev(v.value)
+                    val = {115: str, 114: repr, 97: ascii}.get(v.conversion, lambda x: x)(val)
+                    spec = ev(v.format_spec) if v.format_spec is not None else ""
+                    parts.append(format(val, spec))
+                else:
+                    raise _Unsafe("an unusual f-string")
+            return "".join(parts)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "math" \
+                and n.attr in ("pi", "e"):
+            return getattr(math, n.attr)
+        if isinstance(n, ast.Call) and not n.keywords:
+            f = n.func
+            name = (f.id if isinstance(f, ast.Name) else
+                    f"{f.value.id}.{f.attr}" if isinstance(f, ast.Attribute)
+                    and isinstance(f.value, ast.Name) else "")
+            if name in _SAFE_CALLS:
+                args = [ev(a) for a in n.args]
+                if any(type(a) not in (int, float, str, list, tuple) for a in args):
+                    raise _Unsafe(f"{name}() on an unusual value")
+                try:
+                    return _SAFE_CALLS[name](*args)
+                except Exception as exc:  # noqa: BLE001
+                    raise _Unsafe(f"{type(exc).__name__} in {name}()") from None
+        raise _Unsafe(ast.unparse(n)[:60])
+    return ev(node)
+
+
+def _is_not_implemented(stmt: ast.stmt) -> bool:
+    exc = getattr(stmt, "exc", None)
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(stmt, ast.Raise) and isinstance(target, ast.Name) \
+        and target.id == "NotImplementedError"
+
+
+def answer_values(nb) -> tuple[dict[str, Any], dict[str, str]]:
+    """Evaluate a notebook's answer cells without running them.
+
+    Returns (values of the names they assign, {variable: why it could not be evaluated}).
+    A cell that still raises NotImplementedError before assigning leaves its answer unset.
+    Only literals, arithmetic, f-strings and a few pure functions (round, math.sqrt, ...)
+    are evaluated; anything else (imports, calls, attribute assignment) makes the cell's
+    answer "not evaluable", which :func:`review_notebook` reports.
+    """
+    env: dict[str, Any] = {}
+    unsafe: dict[str, str] = {}
+    for cell in nb.get("cells", []):
+        m = _meta(cell)
+        if cell.get("cell_type") != "code" or not m.get("solution"):
+            continue
+        gid = m.get("grade_id", "")
+        source = _join(cell.get("source", ""))
+        assigned = {gid} if gid.startswith("answer_") else set()
+        try:
+            tree = ast.parse(source)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    assigned.add(node.id)
+            local = dict(env)
+            for stmt in tree.body:
+                if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(
+                        stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                    continue
+                if _is_not_implemented(stmt):
+                    break
+                if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+                    value = _safe_eval(stmt.value, local)
+                    for t in stmt.targets:
+                        local[t.id] = value       # type: ignore[union-attr]
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+                        and stmt.value is not None:
+                    local[stmt.target.id] = _safe_eval(stmt.value, local)
+                else:
+                    raise _Unsafe(f"line {stmt.lineno}: {ast.unparse(stmt).splitlines()[0][:60]}")
+            env = local
+        except SyntaxError as exc:
+            for name in assigned:
+                unsafe[name] = f"the answer cell does not parse ({exc.msg})"
+        except _Unsafe as exc:
+            for name in assigned:
+                unsafe[name] = f"the answer cell runs code the audit does not run ({exc})"
+    return {k: v for k, v in env.items() if k not in unsafe}, unsafe
+
+
+def _regrade(source: str, answers: Mapping[str, Any], max_points: float) -> tuple[float, str]:
+    """Run an instructor-written test cell in a clean namespace holding only the answers;
+    returns (points by nbgrader's rule, printed text)."""
+    import memlab  # the cell's ``ml``: ``ml.interview`` loads the facade on first use
+
+    ns: dict[str, Any] = {"__name__": "__memlab_audit__", "ml": memlab, **answers}
+    tree = ast.parse(source)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            exec(compile(tree, "<audit>", "exec"), ns)  # noqa: S102 - instructor's own test code
+            value = eval(compile(ast.Expression(last.value), "<audit>", "eval"), ns) if last else None
+    except Exception:  # noqa: BLE001 - a failing test cell scores 0, as in nbgrader
+        return 0.0, out.getvalue()
+    if err.getvalue():
+        return 0.0, out.getvalue()
+    if type(value) in (int, float):
+        return min(float(max_points), float(value)), out.getvalue()
+    return float(max_points), out.getvalue()
+
+
+def _read_nb(nb_or_path):
+    if isinstance(nb_or_path, (str, Path)):
+        return json.loads(Path(nb_or_path).read_text())
+    return nb_or_path
+
+
+def review_notebook(nb, source=None, *, student: str = "", assignment: str = "",
+                    notebook: str = "") -> list[ReviewItem]:
+    """Review items of one autograded notebook (a path or a loaded notebook dict).
+
+    Lists every review line the test cells printed. With ``source`` (the source notebook
+    from solutions/, a path or a dict), also re-grades each ``ml.interview.grade`` test cell
+    outside the kernel, from the answer cells' literal values and the *source's* test code
+    (learner code never runs), and reports disagreements and unevaluable answers.
+    """
+    nb = _read_nb(nb)
+    items: list[ReviewItem] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(question: str, origin: str, reason: str) -> None:
+        if (question, reason) not in seen:
+            seen.add((question, reason))
+            items.append(ReviewItem(student, assignment, notebook, question, origin, reason))
+
+    cells = {_meta(c).get("grade_id"): c for c in nb.get("cells", []) if _meta(c).get("grade_id")}
+    for gid, cell in cells.items():
+        m = _meta(cell)
+        if m.get("grade") and not m.get("solution"):
+            for question, reason in _marked_lines(_stdout(cell), gid):
+                add(question, "flagged", reason)
+        elif m.get("solution"):  # grade-class's static audit withheld this answer (grading.audit)
+            for line in _stdout(cell).splitlines():
+                if line.strip().startswith(REVIEW_MARKER + " audit:"):
+                    add(gid, "static audit", line.strip()[len(REVIEW_MARKER):].strip())
+    if source is None:
+        return items
+    src = _read_nb(source)
+    if not any(_INTERVIEW_CALL.search(_join(c.get("source", ""))) for c in src.get("cells", [])):
+        return items                     # not an interview notebook: nothing to re-grade
+    answers, unsafe = answer_values(nb)
+    for cell in src.get("cells", []):
+        m = _meta(cell)
+        text = _join(cell.get("source", ""))
+        call = _INTERVIEW_CALL.search(text)
+        if not (m.get("grade") and not m.get("solution") and call):
+            continue
+        qid, gid, max_points = call.group(1), m["grade_id"], float(m.get("points", 0))
+        variable = f"answer_{qid}"
+        if variable in unsafe:
+            add(qid, "audit", f"{variable}: {unsafe[variable]}; read the cell, the notebook's "
+                              f"{_cell_points(cells[gid], max_points) if gid in cells else 0:g} "
+                              "points were not checked")
+            continue
+        points, printed = _regrade(text, answers, max_points)
+        shown = _cell_points(cells[gid], max_points) if gid in cells else 0.0
+        if abs(points - shown) > 0.011:
+            add(qid, "audit", f"the notebook shows {shown:g} points but a clean regrade outside "
+                              f"the kernel gives {points:g}: learner code may have changed the "
+                              "grading; read the submission and override the grade")
+        for question, reason in _marked_lines(printed, gid):
+            if (question, reason) not in seen:
+                add(question, "regrade", reason)
+    return items
+
+
+def find_reviews(path, source_dir=None, *, assignment: str | None = None) -> list[ReviewItem]:
+    """Review items of every autograded notebook under ``path`` (a notebook or a folder laid
+    out as ``<student>/<assignment>/<notebook>.ipynb``, nbgrader's autograded folder).
+
+    With ``source_dir`` (solutions/), interview notebooks are also re-graded outside the
+    kernel (see :func:`review_notebook`). Used by ``python -m memlab.grading.interview review``.
+    """
+    path = Path(path)
+    paths = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    items: list[ReviewItem] = []
+    for p in paths:
+        student = p.parent.parent.name if path.is_dir() and p.parent != path else ""
+        assignment_id = p.parent.name if path.is_dir() and p.parent != path else ""
+        if assignment and assignment_id != assignment:
+            continue
+        source = None
+        if source_dir is not None:
+            candidate = Path(source_dir) / assignment_id / p.name
+            source = candidate if candidate.is_file() else None
+        items += review_notebook(p, source, student=student, assignment=assignment_id,
+                                 notebook=p.name)
+    return items
+
+
+def format_reviews(items: Sequence[ReviewItem]) -> str:
+    """The review list as text, one line per item, for the instructor's terminal."""
+    if not items:
+        return "nothing flagged for manual review"
+    lines = [f"{len(items)} answer(s) to review (flagged: the grader was unsure; audit: a clean "
+             "regrade outside the kernel disagrees or could not run):"]
+    return "\n".join(lines + [f"  {item.line()}" for item in items])
+
+
+def course_reviews(assignment: str | None = None, config_path=None) -> list[ReviewItem]:
+    """Review items of the course's autograded folder (paths from autograder/nbgrader_config.py)."""
+    from memlab.autograde import course
+
+    config = course.load_config(config_path)
+    cd = config.CourseDirectory
+    root = Path(cd.root)
+    return find_reviews(root / cd.autograded_directory, root / cd.source_directory,
+                        assignment=assignment)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memlab.autograde.review",
+                                     description="List autograded answers that need manual review.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("review", help="list review items of autograded notebooks")
+    p.add_argument("assignment", nargs="?", default=None)
+    p.add_argument("--path", default=None, help="an autograded notebook or folder (default: the "
+                                                 "course's autograded folder)")
+    p.add_argument("--source", default=None, help="source folder (default: solutions/)")
+    p.add_argument("--config", default=None, help="nbgrader config of the course")
+    args = parser.parse_args(argv)
+    if args.path:
+        items = find_reviews(args.path, args.source, assignment=args.assignment)
+    else:
+        items = course_reviews(args.assignment, args.config)
+    print(format_reviews(items))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
+
+
+def interview_audit(api, result: dict) -> list[str]:
+    """07's report hook (memlab.grading.assignments): review reasons of :func:`review_notebook`
+    (a clean regrade of the answers outside the kernel, from the source notebook's tests) for
+    each notebook of one graded submission. Items the grading already listed (the
+    ``NEEDS MANUAL REVIEW`` lines, the static audit) are not repeated."""
+    cd = api.coursedir
+    student, assignment = result["student"], result["assignment"]
+    folder = Path(cd.format_path(cd.autograded_directory, student, assignment))
+    reasons: list[str] = []
+    for nb_path in sorted(folder.glob("*.ipynb")):
+        source = Path(cd.format_path(cd.source_directory, ".", assignment)) / nb_path.name
+        try:
+            items = review_notebook(nb_path, source if source.is_file() else None,
+                                    student=student, assignment=assignment,
+                                    notebook=nb_path.name)
+        except Exception as exc:
+            reasons.append(f"interview audit failed ({type(exc).__name__})")
+            continue
+        reasons += [f"{item.question} [{item.source}] {item.reason}" for item in items
+                    if item.source not in ("flagged", "static audit")]
+    return reasons

@@ -1,0 +1,101 @@
+"""Kernel launcher of ``python -m memlab.autograde grade-class``: limits, then ipykernel.
+
+    python -m memlab.autograde.security.kernel [--memory-mb N] [--cpu-s N] -f CONNECTION_FILE ...
+
+Before the IPython kernel starts, in its own process:
+
+* ``RLIMIT_AS`` (address space) caps the kernel's memory: a memory hog gets ``MemoryError`` /
+  a failed allocation inside its cell instead of taking the machine down (not where an NVIDIA
+  GPU is visible: CUDA needs far more address space than memory; use a cgroup there);
+* ``RLIMIT_CPU`` (optional) caps its CPU seconds; ``RLIMIT_CORE`` = 0 (no core dumps);
+* ``PR_SET_PDEATHSIG`` (Linux): the kernel is killed when the grading worker that started it
+  dies (jupyter_client starts kernels in their own session, so killing the worker's process
+  group would not reach it);
+* :mod:`memlab.grading` is imported, so :func:`memlab.grading.guard` compares against the
+  functions as they were before any learner code ran.
+
+The kernelspec that runs this is written by :func:`write_kernelspec` into a temporary
+Jupyter data folder of the grading run (never into the user's Jupyter folders).
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+KERNEL_NAME = "memlab-grader"
+
+
+def _set_pdeathsig() -> None:
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _nvidia_gpu_visible() -> bool:
+    """CUDA reserves tens of GiB of virtual address space (and maps device memory into it), so
+    an address-space limit breaks CUDA: it is not applied where an NVIDIA GPU is visible
+    (limit the whole run with a cgroup there, see autograder/README.md)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
+
+
+def _limit(which: int, value: int) -> None:
+    try:
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    memory_mb = cpu_s = 0
+    while argv and argv[0] in ("--memory-mb", "--cpu-s"):
+        flag, value = argv.pop(0), int(argv.pop(0))
+        if flag == "--memory-mb":
+            memory_mb = value
+        else:
+            cpu_s = value
+    _set_pdeathsig()
+    _limit(resource.RLIMIT_CORE, 0)
+    if memory_mb > 0 and not _nvidia_gpu_visible():
+        _limit(resource.RLIMIT_AS, memory_mb * 1024 * 1024)
+    if cpu_s > 0:
+        _limit(resource.RLIMIT_CPU, cpu_s)
+    import memlab.grading  # noqa: F401  captures the originals before learner code runs
+
+    import runpy
+
+    sys.argv = ["ipykernel_launcher", *argv]
+    runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+
+
+def write_kernelspec(data_dir: str | Path, memory_mb: int = 0, cpu_s: int = 0) -> Path:
+    """Write kernels/memlab-grader/kernel.json under ``data_dir`` (put ``data_dir`` first on
+    JUPYTER_PATH). Returns the kernelspec folder."""
+    folder = Path(data_dir) / "kernels" / KERNEL_NAME
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "memlab.autograde.security.kernel", "--memory-mb", str(memory_mb),
+                 "--cpu-s", str(cpu_s), "-f", "{connection_file}"],
+        "display_name": "GPU Memory Lab grader (limited)",
+        "language": "python",
+        "metadata": {"debugger": False},
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec, indent=1))
+    return folder
+
+
+if __name__ == "__main__":
+    main()

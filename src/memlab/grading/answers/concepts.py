@@ -1,0 +1,773 @@
+"""The concept-rubric engine behind ``ml.rubric.grade_text``: does an answer state the ideas?
+
+Used by: :mod:`memlab.grading.answers.grade` (``grade_text(answer, rubric_id)``), whose rubrics live in
+:mod:`memlab.grading.answers.bank`; the graded written questions of 02-07 and
+:mod:`memlab.grading.interview.bank`.
+
+A :class:`Rubric` names the ideas a good answer contains (:class:`Concept`: a weight and a
+few vetted regular expressions) and the wrong claims that cost credit
+(:class:`Misconception`: a penalty). The grader is transparent, not a language model: for
+every concept it finds the sentences that mention it and decides, per mention, whether the
+answer
+
+- ASSERTS it (credit),
+- DENIES it ("nothing is recomputed", "I wouldn't use mixed precision", "not X but Y"
+  denies X): no credit, and a denied concept costs as much as it would have earned,
+- or merely NAMES it (the subject of a denial: "mixed precision doesn't halve anything";
+  a claim reported as someone else's: "a common mistake is ...", "people think ..."):
+  no credit, no penalty.
+
+Misconceptions are read the same way: asserted they cost their penalty, denied or
+reported they cost nothing ("checkpointing is not free" is right). The report shows, for
+every concept and misconception, the learner's sentence that earned or lost it.
+
+Reading a mention (all within one sentence; clauses end at ``,``/``;`` and at "but",
+"however", "although", "because", "so", ...): a negation ("not", "no", "never", "without",
+"nothing", "neither/nor", "hardly", "rather than", "instead of", "unlike") up to 5 words
+before the mention denies it, also across a comma inside a list ("not X, Y or Z": at most
+3 words after the comma, no new subject such as "it", "they", "this", "is"). A negation inside a purpose or
+condition ("... so that gradients do not underflow", "if you don't divide by k, ...") does
+not deny: it states why the idea matters. A pattern that contains the negation itself
+("activations are not stored") is the idea, not its denial.
+
+Before matching, the answer is normalised (:func:`normalize`: lowercase, contractions
+expanded, "dont" -> "do not", ``float16`` -> ``fp16``, sentence ends to ``.``), misspelt
+course words are corrected (:mod:`memlab.grading.answers.spelling`: "lineer" -> "linear"), runs of 5+
+words copied from the question are blanked, and keyword lists are blanked or, when they are
+most of the answer, score 0 (see ``_stuffing``). An answer over ``max_words`` scores 0, with
+its word count and the content feedback it would have had.
+
+Review flags (``needs_review`` with a reason, ``[needs review]`` in the report): a score
+in the rubric's review band, a misconception next to strong concepts, a denied concept
+next to asserted ones, terse or list-like answers, a large share copied from the question,
+an answer that pastes the course's own text (model answer, explanation, recap passages
+in ``Rubric.course_text``) or the grader's hints, a long on-topic answer that matched
+little, and misconception phrases skipped as reported.
+
+Limits: the polarity is read from a few words around a mention, so double negatives,
+sarcasm and a denial placed after the claim ("checkpointing is free? no.") are not
+understood; a fluent answer can say the right words for the wrong reasons when no
+misconception pattern covers its error. Instructors read the flagged answers, override the
+grade in the formgrader, and add the missed phrasing to :mod:`memlab.grading.answers.bank` with the
+answer as a labelled case in tests/grading/data/answers.jsonl.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from .result import Result, _as_text, _flagged, _type_name
+from .spelling import Corrector, pattern_words
+
+__all__ = ["Concept", "Misconception", "Rubric", "grade_rubric", "normalize", "gap"]
+
+
+def gap(n: int, avoid: Iterable[str] = (), negations: bool = False) -> str:
+    """Regex for up to ``n`` words between two parts of a pattern, within one clause.
+
+    The gap never crosses a negation ("not", "no", "never", "without", "nor") unless
+    ``negations=True``, nor a word in ``avoid``: ``rf"bf16 {gap(2)}needs {gap(2)}scaler"``
+    matches "bf16 also needs a scaler" but not "bf16 needs no scaler".
+    """
+    stop = [*(() if negations else ("not", "no", "never", "without", "nor")), *avoid]
+    guard = f"(?!(?:{'|'.join(map(re.escape, stop))}) )" if stop else ""
+    return rf"(?:{guard}[^ ,.]+ ){{0,{int(n)}}}"
+
+
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
+_REWRITES: list[tuple[re.Pattern[str], str]] = [(re.compile(a), b) for a, b in [
+    (r"[‘’ʼ`´]", "'"), (r"[\"“”«»]", " "),
+    (r"\b(?:can't|cannot|cant)\b", "can not"), (r"\b(?:won't|wont)\b", "will not"),
+    (r"\b(do|does|did|is|are|was|were|would|should|could|has|have|had|must|need)nt\b",
+     r"\1 not"),                                          # "dont", "doesnt": common typos
+    (r"\b(that|what|there)s\b(?=\s+(?:a|an|the|not|no|why|how|what|because|all)\b)", r"\1 is"), (r"n't\b", " not"),
+    (r"\b(it|that|there|what|here|this|who|he|she)'s\b", r"\1 is"),
+    (r"'re\b", " are"), (r"'ll\b", " will"), (r"'ve\b", " have"), (r"'m\b", " am"),
+    (r"'d\b", " would"), (r"'s\b", ""), (r"(?<=s)'(?=\s|$)", ""),
+    (r"\n\s*\n|\n\s*(?:[-*•·]|\d+[.)])\s+|^\s*(?:[-*•·]|\d+[.)])\s+", " . "),
+    (r"\s+", " "),
+    (r"\(\)", ""),                                        # zero_grad() -> zero_grad
+    (r"->|=>|→|—|–|\s-{1,2}\s|--", " , "),
+    (r"(?<=[a-z])-(?=[a-z])|(?<=\d)-(?=[a-z])|(?<![0-9]e)(?<=[a-z])-(?=\d)", " "),
+    (r"\b(?:fp|float) ?16\b", "fp16"), (r"\bb(?:f|float) ?16\b", "bf16"),
+    (r"\bbrain ?float(?: ?16)?\b", "bf16"), (r"\b(?:fp|float) ?32\b", "fp32"),
+    (r"×", " x "), (r"√", " sqrt "), (r"≈", " ~"),
+    (r"[.!?;…]+(?=\s|$)", " . "),
+    (r"(?<![a-z0-9_]):(?=\s)|(?<=[a-z0-9_\])]):(?=\s|$)", " . "),    # "not equal: X, Y"
+    (r"\((?=[^()]*[a-z]{3,} [a-z]{3,})", " "),   # "bf16 (halves activations)": a note, not a list item
+    (r"[,:()\[\]{}]", " , "),
+    (r"(?<![a-z])'|'(?![a-z])", " "),
+    (r"[^a-z0-9_.'^%/+*=<>~ ,-]", " "),
+]]
+
+
+def normalize(text: str) -> str:
+    """The form rubric patterns are matched against (see the module docstring)."""
+    s = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH).lower()
+    for pattern, repl in _REWRITES:
+        s = pattern.sub(repl, s)
+    return _tidy(s.split())
+
+
+def _tidy(tokens: Iterable[str]) -> str:
+    """Join tokens, merging runs of "," / "." tokens ("." wins) and trimming them at the ends."""
+    out: list[str] = []
+    for tok in tokens:
+        if tok in (",", "."):
+            if out and out[-1] in (",", "."):
+                out[-1] = "." if "." in (tok, out[-1]) else ","
+                continue
+            if not out:
+                continue
+        out.append(tok)
+    while out and out[-1] in (",", "."):
+        out.pop()
+    return " ".join(out)
+
+
+_FUNCTION_WORDS = frozenset("""
+a an the of to in on at by for with from into onto over under across during before after
+than per as about between through without within via upon off out up down
+i you we it they he she this that these those them its their my our your his her us me
+which what who whom whose one ones
+is are was were be been being am do does did doing have has had having can could will
+would should shall may might must
+and or but so because since if when while then not no nor also only just even still yet
+more less much many very too there here each every all some any both either neither how
+why where whether such same other another own
+""".split())
+_LIGHT_WORDS = frozenset("a an the of at in on per for to with".split())  # allowed in a bare term
+_SIMPLE_NEG = frozenset("not no never without neither nor none nothing hardly barely".split())
+_NEG_EXCEPT = frozenset("only just merely longer necessarily".split())  # "not only", "no longer"
+_PHRASE_NEG = ("rather than", "instead of", "as opposed to", "contrary to", "unlike",
+               "regardless of", "irrespective of")
+_DISTANCING = re.compile(
+    r"^(myths?|mistakes?|mistaken(ly)?|misconceptions?|wrong(ly)?|false(ly)?|tempting|naive(ly)?|"
+    r"misleading|incorrect(ly)?|erroneous(ly)?|fallacy|misunderstanding|untrue)$")
+_BELIEF = re.compile(r"\b(?:people|some|many|others|beginners|students|one|you) (?:\S+ )?"
+                     r"(?:think|thinks|believe|believes|assume|assumes|claim|claims|say|says|do|does|"
+                     r"try|tries|might think)\b")
+_CLAUSE_WORDS = frozenset("but however although though whereas while because since so yet unless "
+                          "whereby thus hence therefore".split())
+# a new clause starts here: a negation before it does not reach past a comma
+_SUBJECTS = frozenset("it they this that these those which who we i you he she there is are was "
+                      "were be does do did has have".split())
+# a negation after these states a purpose or a condition, not a denial of the idea
+_PURPOSE = frozenset("ensure ensures ensuring otherwise else lest if unless when whenever once "
+                     "until".split())
+_PURPOSE_PAIRS = {("so", "that"), ("such", "that"), ("in", "order"), ("to", "avoid"),
+                  ("to", "prevent"), ("to", "keep"), ("to", "make")}
+_SCOPE_BREAK = frozenset("when whenever if where once".split())
+_AUX = re.compile(r"^(?:can|could|will|would|is|are|was|were|does|do|did|has|have|may|might|must|"
+                  r"should|shall)$")
+_NEG_AFTER = re.compile(r"^(?:(?:does|do|did|is|are|was|were|will|would|can|could|should|has|have)"
+                        r" (?:not|never)|never|is no|are no) ")
+
+
+def _clause(text: str, start: int) -> tuple[list[str], str]:
+    """Words of the clause before ``start`` (back to a ``.``/``,`` or a clause word), and the
+    word that opened the clause ('' at a sentence start)."""
+    words = text[:start].split()
+    for i in range(len(words) - 1, -1, -1):
+        if words[i] in (",", ".") or words[i] in _CLAUSE_WORDS:
+            return words[i + 1:], words[i]
+    return words, ""
+
+
+def _purpose(words: list[str]) -> bool:
+    return (any(w in _PURPOSE for w in words)
+            or any((a, b) in _PURPOSE_PAIRS for a, b in zip(words, words[1:])))
+
+
+def _denied(text: str, start: int) -> bool:
+    """A negation reaches the phrase at ``start`` (see the module docstring)."""
+    words = text[:start].split()
+    seen = 0
+    crossed = subject = False
+    for i in range(len(words) - 1, -1, -1):
+        w = words[i]
+        if w in ("because", "since") and i > 0 and words[i - 1] in ("not", "never"):
+            return True                      # "not because of underflow": the reason denied
+        if w == "." or (w in _CLAUSE_WORDS and not (w == "so" and words[i + 1:i + 2] == ["that"])):
+            break
+        if w in _SCOPE_BREAK:                # "not equal when you use BatchNorm"
+            break
+        if w == ",":
+            first = text[start:].split(" ", 1)[0]
+            if subject or seen > 3 or first in _SUBJECTS:  # a clause of its own, not a list item
+                break
+            crossed = True
+            continue
+        if w in _SUBJECTS:
+            if crossed:
+                break
+            subject = True
+        seen += 1
+        if seen > (7 if crossed else 5):
+            break
+        nxt = words[i + 1] if i + 1 < len(words) else text[start:].split(" ", 1)[0]
+        if w in _SIMPLE_NEG and nxt not in _NEG_EXCEPT:
+            # past a comma only a list continues the negation ("not X, Y or Z"), not a
+            # phrase that is the subject of its own verb ("not X, and Y can ...")
+            if crossed and text[start:].split(" ")[1:2] and _AUX.match(text[start:].split(" ")[1]):
+                return False
+            if crossed and i > 0 and words[i - 1] == ",":
+                return False                 # "shows A, not B, and C ...": the contrast ends at its comma
+            if w not in ("not", "never"):
+                return True                  # "nothing underflows", "no extra time": a denial
+            if _purpose(words[max(0, i - 6):i]):
+                return False
+            # "..., so gradients do not underflow": a purpose when the negation is on the
+            # idea's own verb; "so scaling is not needed for underflow" stays a denial
+            opener = next((words[k] for k in range(i - 1, -1, -1)
+                           if words[k] in (",", ".") or words[k] in _CLAUSE_WORDS), "")
+            return not (opener == "so" and seen <= 2)
+    tail = " " + " ".join(_clause(text, start)[0][-4:]) + " "
+    return any(f" {p} " in tail for p in _PHRASE_NEG)
+
+
+def _reported(text: str, start: int, end: int) -> bool:
+    """A claim reported, not made: "a common mistake is ...", "people think ...", "if ...",
+    "..., which is a myth / is not true"."""
+    before = _clause(text, start)[0]
+    after = text[end:].split(" . ")[0].split()[:7]
+    return ("if" in before[-4:] or "if" in after[:5] or "unless" in after[:5] or any(_DISTANCING.match(w) for w in before[-7:] + after)
+            or bool(_BELIEF.search(" ".join(before[-7:])))
+            or " not true" in " " + " ".join(after))
+
+
+def _named_only(text: str, end: int) -> bool:
+    """The phrase is the subject of a denial: "mixed precision doesn't halve anything"."""
+    after = text[end:].lstrip()
+    return bool(_NEG_AFTER.match(after + " "))
+
+
+def _compile(p: str, where: str) -> re.Pattern[str]:
+    try:
+        return re.compile(rf"(?<![a-z0-9_])(?:{p})(?![a-z0-9_])")
+    except re.error as e:
+        raise ValueError(f"{where}: pattern {p!r} does not compile: {e}") from None
+
+
+@dataclass(frozen=True)
+class Concept:
+    """An idea a good answer contains: any one of ``patterns`` (regexes on normalised text,
+    see :func:`normalize`) shows it. ``hint`` is the feedback when it is missing.
+    ``negatable=False`` for an idea that is stated either way round ("allocated grows step
+    after step" and "allocated does not grow" both show how to tell a leak)."""
+
+    name: str
+    patterns: tuple[str, ...]
+    weight: float = 1.0
+    hint: str = ""
+    negatable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.patterns or self.weight <= 0:
+            raise ValueError(f"concept {self.name!r} needs patterns and a positive weight")
+        object.__setattr__(self, "_compiled", tuple(_compile(p, self.name) for p in self.patterns))
+
+
+@dataclass(frozen=True)
+class Misconception:
+    """A wrong claim: asserted it costs ``penalty`` and shows ``correction``; denied or
+    reported it costs nothing. ``fatal=True`` for a wrong mechanism that makes the whole
+    answer wrong (the score is then capped at ``FATAL_CAP``)."""
+
+    name: str
+    patterns: tuple[str, ...]
+    penalty: float = 0.3
+    correction: str = ""
+    fatal: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.patterns or not 0 < self.penalty <= 1:
+            raise ValueError(f"misconception {self.name!r} needs patterns and a penalty in (0, 1]")
+        object.__setattr__(self, "_compiled", tuple(_compile(p, self.name) for p in self.patterns))
+
+
+FATAL_CAP = 0.15
+FIRST_IDEA = 0.25   # one key idea (weight >= 1) stated, nothing wrong: at least this score
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """A short-answer question with its concept rubric.
+
+    ``full_credit_at``: the share of the total concept weight that earns full credit.
+    ``topic``: patterns of on-topic words, used only to flag long on-topic answers that
+    matched little of the rubric. ``model_answer`` and ``explanation`` are the self-study
+    reveal; the model answer must itself score 1 with nothing missing (the tests check it).
+    ``course_text``: passages of the notebooks on this question (recaps, the model rule):
+    an answer that pastes them, or the model answer, explanation or hints, is flagged.
+    """
+
+    id: str
+    question: str
+    concepts: tuple[Concept, ...]
+    model_answer: str
+    explanation: str
+    misconceptions: tuple[Misconception, ...] = ()
+    topic: tuple[str, ...] = ()
+    max_words: int = 120
+    full_credit_at: float = 0.8
+    review_band: tuple[float, float] = (0.3, 0.7)
+    course_text: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.concepts:
+            raise ValueError(f"rubric {self.id!r} has no concepts")
+        if not 0 < self.full_credit_at <= 1:
+            raise ValueError("full_credit_at must be in (0, 1]")
+        object.__setattr__(self, "_topic", tuple(_compile(p, f"{self.id} topic") for p in self.topic))
+
+    @property
+    def total_weight(self) -> float:
+        return sum(c.weight for c in self.concepts)
+
+    def reference_texts(self) -> tuple[str, ...]:
+        """The course's and the grader's own text for this question (model answer,
+        explanation, course passages, hints and corrections): pasting it is flagged."""
+        return (self.model_answer, self.explanation, *self.course_text,
+                *(c.hint for c in self.concepts if c.hint),
+                *(m.correction for m in self.misconceptions if m.correction))
+
+    def describe(self) -> str:
+        """The rubric as readable text, for instructors."""
+        lines = [f"{self.id}: {self.question}",
+                 f"full credit at {self.full_credit_at:.0%} of weight {self.total_weight:g}; "
+                 f"at most {self.max_words} words"]
+        for c in self.concepts:
+            lines.append(f"  + {c.weight:g}  {c.name}")
+            lines += [f"        {p}" for p in c.patterns]
+        for m in self.misconceptions:
+            lines.append(f"  - {m.penalty:g}  {m.name}" + ("  (fatal)" if m.fatal else ""))
+            lines += [f"        {p}" for p in m.patterns]
+        return "\n".join(lines)
+
+
+_PLACEHOLDERS = {"your answer here", "your answer here.", "todo", "..."}
+
+
+def _stem(word: str) -> str:
+    w = word.replace("'", "")
+    for suffix in ("ing", "ed", "es", "s", "e"):
+        if len(w) > len(suffix) + 2 and w.endswith(suffix):
+            return w[: -len(suffix)]
+    return w
+
+
+def _is_word(tok: str) -> bool:
+    return any(ch.isalnum() for ch in tok)
+
+
+def _copied_mask(tokens: list[str], question: str, n: int = 5) -> list[bool]:
+    """True for answer word tokens inside a run of >= n words that also occurs in the question.
+
+    A run that starts with a function word ("with batch size and depth") is the answer
+    reusing the question's terms, not copying it, unless it runs to n + 2 words."""
+    q = [_stem(t) for t in normalize(question).split() if _is_word(t)]
+    idx = [i for i, t in enumerate(tokens) if _is_word(t)]
+    stems = [_stem(tokens[i]) for i in idx]
+    mask = [False] * len(tokens)
+    n = min(n, len(q))
+    if n < 3:
+        return mask
+    for size, any_start in ((n, False), (n + 2, True)):
+        grams = {tuple(q[i:i + size]) for i in range(len(q) - size + 1)}
+        for i in range(len(stems) - size + 1):
+            if tuple(stems[i:i + size]) in grams and (any_start or tokens[idx[i]] not in _FUNCTION_WORDS):
+                for k in idx[i:i + size]:
+                    mask[k] = True
+    return mask
+
+
+def _fragments(tokens: list[str]) -> list[list[int]]:
+    frags: list[list[int]] = [[]]
+    for i, t in enumerate(tokens):
+        if _is_word(t):
+            frags[-1].append(i)
+        elif frags[-1]:
+            frags.append([])
+    return [f for f in frags if f]
+
+
+def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str], dict[str, float]]:
+    """Find keyword lists and repetition.
+
+    Returns (excluded token mask, stuffed verdict, messages, review reasons, metrics).
+    """
+    words = [t for t in tokens if _is_word(t)]
+    n = len(words)
+    excluded = [False] * len(tokens)
+    messages: list[str] = []
+    review: list[str] = []
+    fw = [w for w in words if w in _FUNCTION_WORDS]
+    content = [w for w in words if w not in _FUNCTION_WORDS]
+    frags = _fragments(tokens)
+    metrics = {
+        "words": n, "function_word_ratio": round(len(fw) / n, 3) if n else 0.0,
+        "mean_fragment_words": round(n / len(frags), 2) if frags else 0.0,
+    }
+
+    def bare(f: list[int]) -> bool:
+        fws = [tokens[i] for i in f if tokens[i] in _FUNCTION_WORDS]
+        return len(f) <= 3 and (not fws or (len(fws) == 1 and fws[0] in _LIGHT_WORDS))
+
+    # runs of 6+ short fragments (up to three words), 3/4 of them bare terms: "fp16, bf16,
+    # checkpointing, recompute, ...". A term with a function word in it ("all gather",
+    # "other processes", "not a leak") does not end the list.
+    run: list[list[int]] = []
+
+    def flush() -> None:
+        n_bare = sum(map(bare, run))
+        if len(run) >= 6 and n_bare >= 0.75 * len(run):
+            for g in run:
+                for i in g:
+                    excluded[i] = True
+            messages.append(f"a list of {len(run)} bare terms earns no credit: explain in sentences")
+        elif n_bare >= 4:
+            review.append(f"a list of {n_bare} bare terms")
+        run.clear()
+
+    for f in frags + [[]]:
+        if run and f and "." in tokens[run[-1][-1] + 1:f[0]]:
+            flush()                      # a list ends with its sentence
+        if f and len(f) <= 3:
+            run.append(f)
+            continue
+        flush()
+    # long stretches without a single function word, also inside a longer fragment
+    # ("model states do not fit replica data parallel shard optimizer gradients ...")
+    for f in frags:
+        n_fw = sum(tokens[i] in _FUNCTION_WORDS for i in f)
+        if (len(f) >= 8 and n_fw == 0) or (len(f) >= 12 and n_fw / len(f) < 0.1):
+            for i in f:
+                excluded[i] = True
+            messages.append(f"a run of {len(f)} words with no sentence structure earns no credit")
+            continue
+        stretch: list[int] = []
+        for i in f + [-1]:
+            if i >= 0 and tokens[i] not in _FUNCTION_WORDS:
+                stretch.append(i)
+                continue
+            if len(stretch) >= 8:
+                for k in stretch:
+                    excluded[k] = True
+                messages.append(f"a run of {len(stretch)} words with no sentence structure "
+                                "earns no credit")
+            elif len(stretch) >= 7:
+                review.append("a long phrase without function words")
+            stretch = []
+
+    stuffed = False
+    # "linear linear .grad .grad BatchNorm BatchNorm": the same word twice in a row, again and again
+    doubled = sum(1 for a, b in zip(words, words[1:]) if a == b and a not in _FUNCTION_WORDS)
+    if doubled >= 3:
+        stuffed = True
+        messages.append("the same terms are repeated: repetition earns no credit")
+    kept = sum(1 for i, t in enumerate(tokens) if _is_word(t) and not excluded[i])
+    if n and kept < 0.4 * n:
+        stuffed = True
+    counts = Counter(content)
+    if len(content) >= 10:
+        top = counts.most_common(1)[0][1] / len(content)
+        dup = 1 - len(counts) / len(content)
+        tri = Counter(zip(words, words[1:], words[2:]))
+        tri_rep = sum(c for c in tri.values() if c > 1) / max(1, len(words) - 2)
+        metrics.update(top_term_share=round(top, 3), repeated_terms=round(dup, 3),
+                       repeated_trigrams=round(tri_rep, 3))
+        if top >= 0.3 or dup >= 0.6 or tri_rep >= 0.3:
+            stuffed = True
+            messages.append("the same terms are repeated: repetition earns no credit")
+        elif len(content) >= 20 and (top >= 0.2 or dup >= 0.5 or tri_rep >= 0.15):
+            review.append("repetitive wording")
+    # "the X and the Y and the Z", "It is about X. It is about Y.": few kinds of function word
+    kinds = len(set(fw))
+    if (len(fw) >= 5 and kinds <= 2) or (len(fw) >= 8 and kinds / len(fw) < 0.3):
+        stuffed = True
+        messages.append("terms strung together with the same few words are a keyword list, "
+                        "not an explanation")
+    elif len(fw) >= 8 and kinds / len(fw) < 0.4:
+        review.append("the same few connecting words repeat")
+    if n >= 10 and len(fw) / n < 0.05:
+        stuffed = True
+        messages.append(f"only {len(fw)} function words in {n}: a keyword list, not an explanation")
+    if not stuffed and n >= 10 and len(fw) / n < 0.15:
+        review.append(f"few function words ({len(fw)}/{n}): terse notes or a keyword list")
+    if stuffed and not messages:
+        messages.append("the answer is mostly a keyword list: explain in sentences")
+    return excluded, stuffed, messages, review, metrics
+
+
+
+
+# ------------------------------------------------------------------ reading the answer
+def _rubric_words(rb: Rubric) -> set[str]:
+    texts = [rb.question, *rb.reference_texts(), *(c.name for c in rb.concepts),
+             *(m.name for m in rb.misconceptions)]
+    words = set(re.findall(r"[a-z]+", " ".join(normalize(t) for t in texts)))
+    for item in (*rb.concepts, *rb.misconceptions):
+        for p in item.patterns:
+            words |= pattern_words(p)
+    for p in rb.topic:
+        words |= pattern_words(p)
+    return words | set(_FUNCTION_WORDS)
+
+
+_CORRECTORS: dict[int, tuple[Rubric, Corrector]] = {}
+
+
+def _corrector(rb: Rubric) -> Corrector:
+    hit = _CORRECTORS.get(id(rb))
+    if hit is None or hit[0] is not rb:
+        hit = (rb, Corrector(_rubric_words(rb)))
+        _CORRECTORS[id(rb)] = hit
+    return hit[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_grams(texts: tuple[str, ...], n: int) -> frozenset[tuple[str, ...]]:
+    grams: set[tuple[str, ...]] = set()
+    for t in texts:
+        stems = [_stem(w) for w in normalize(t).split() if _is_word(w)]
+        grams |= {tuple(stems[i:i + n]) for i in range(len(stems) - n + 1)}
+    return frozenset(grams)
+
+
+def _pasted_share(tokens: list[str], rb: Rubric, n: int = 6) -> float:
+    """Share of the answer's words inside runs of >= n words found in the course's or the
+    grader's own text for this rubric."""
+    grams = _reference_grams(rb.reference_texts(), n)
+    idx = [i for i, t in enumerate(tokens) if _is_word(t)]
+    stems = [_stem(tokens[i]) for i in idx]
+    hit = [False] * len(stems)
+    for i in range(len(stems) - n + 1):
+        if tuple(stems[i:i + n]) in grams:
+            for k in range(i, i + n):
+                hit[k] = True
+    return sum(hit) / len(stems) if stems else 0.0
+
+
+# sentence ends as normalize() reads them: punctuation, a blank line, a new bullet; a line
+# wrapped inside a sentence is not an end
+_SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+|\s*\n\s*\n\s*|\s*\n(?=\s*(?:[-*•·]|\d+[.)])\s)")
+
+
+@dataclass
+class _Mention:
+    polarity: str     # "assert", "deny", "name" or "report"
+    evidence: str     # the words that matched
+    sentence: str     # the learner's sentence, as written
+    span: tuple[int, int, int] = (0, 0, 0)   # (sentence index, start, end) in the graded text
+
+    def overlaps(self, other: tuple[int, int, int]) -> bool:
+        """This mention and ``other`` are mostly the same words (each at least half shared)."""
+        k, a, b = self.span
+        shared = min(b, other[2]) - max(a, other[1])
+        return (k == other[0] and shared > 0 and 2 * shared >= b - a
+                and 2 * shared >= other[2] - other[1])
+
+
+def _mentions(compiled: Iterable[re.Pattern[str]], graded: list[str], raw: list[str],
+              negatable: bool, misconception: bool) -> list[_Mention]:
+    out = []
+    for k, (text, sentence) in enumerate(zip(graded, raw)):
+        for rx in compiled:
+            for m in rx.finditer(text):
+                if negatable and _denied(text, m.start()):
+                    pol = "deny"
+                elif misconception and _reported(text, m.start(), m.end()):
+                    pol = "report"
+                elif negatable and _named_only(text, m.end()):
+                    pol = "name"
+                else:
+                    pol = "assert"
+                out.append(_Mention(pol, m.group(0), sentence, (k, m.start(), m.end())))
+    return out
+
+
+def _verdict(mentions: list[_Mention]) -> _Mention | None:
+    for pol in ("assert", "deny", "name", "report"):
+        for m in mentions:
+            if m.polarity == pol:
+                return m
+    return None
+
+
+def _quote(sentence: str, limit: int = 160) -> str:
+    s = " ".join(sentence.split())
+    return f"\"{s if len(s) <= limit else s[:limit - 3] + '...'}\""
+
+
+def grade_rubric(answer: object, rb: Rubric) -> Result:
+    """Grade a short free-text answer with a :class:`Rubric` (see the module docstring)."""
+    text = _as_text(answer)
+    if text is None:
+        return Result(0.0, [f"expected the answer as text (a str), got {_type_name(answer)}"],
+                      kind="text")
+    raw = text.strip()
+    if not raw or raw.lower() in _PLACEHOLDERS:
+        return Result(0.0, ["no answer given"], kind="text")
+    # words as a learner counts them (separated by spaces); the character cap stops a long
+    # answer written without spaces from slipping through
+    n_words = len(raw.split())
+    if n_words > rb.max_words or len(raw) > 10 * rb.max_words:
+        size = f"{n_words} words" if n_words > rb.max_words else f"{len(raw)} characters"
+        head = [f"the answer has {size}, over the limit of {rb.max_words} words: no credit; "
+                "shorten it to the key points"]
+        if len(raw) > 40 * rb.max_words:
+            return Result(0.0, head, kind="text", details={"words": n_words, "characters": len(raw)})
+        content = _grade(raw, rb, n_words)
+        return Result(0.0, head + [f"content, not scored: it would score {content.score:.2f} "
+                                   "within the limit"] + content.feedback[1:], kind="text",
+                      found=content.found, missing=content.missing,
+                      misconceptions=content.misconceptions,
+                      details={**content.details, "characters": len(raw), "over_limit": True})
+    return _grade(raw, rb, n_words)
+
+
+def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
+    fix = _corrector(rb)
+    sentences = [s for s in _SENTENCE_END.split(raw) if s.strip()]
+    chunks: list[list[str]] = []
+    raw_kept: list[str] = []
+    corrections: dict[str, str] = {}
+    for s in sentences:
+        toks = []
+        for t in normalize(s).split():
+            c = fix.correct(t) if _is_word(t) else t
+            if c != t:
+                corrections[t] = c
+            toks.append(c)
+        if any(map(_is_word, toks)):
+            chunks.append(toks)
+            raw_kept.append(s)
+    lines = [f"{n_words} words (limit {rb.max_words})"]
+    if not chunks:
+        return Result(0.0, lines + ["no answer given"], kind="text")
+    tokens: list[str] = []
+    owner: list[int] = []
+    for k, toks in enumerate(chunks):
+        if tokens:
+            tokens.append(".")
+            owner.append(-1)
+        tokens += toks
+        owner += [k] * len(toks)
+    copied = _copied_mask(tokens, rb.question)
+    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens)
+    n_tok_words = sum(map(_is_word, tokens))
+    copied_share = sum(copied) / n_tok_words
+    pasted = _pasted_share(tokens, rb)
+    metrics.update(copied_share=round(copied_share, 3), pasted_share=round(pasted, 3),
+                   words=n_words)
+    if corrections:
+        metrics["spelling"] = dict(corrections)
+    if copied_share >= 0.5:
+        lines.append("most of the answer repeats the question: the repeated words earn no credit")
+    elif copied_share > 0:
+        lines.append("words copied from the question earn no credit")
+    if 0.3 <= copied_share < 0.6:
+        reasons.append(f"{copied_share:.0%} of the words repeat the question")
+    if pasted >= 0.3:
+        reasons.append(f"{pasted:.0%} of the words are pasted from the course's model answer, "
+                       "notes or the grader's hints")
+        lines.append("much of this answer is the course's or the grader's own text: write it in "
+                     "your own words (flagged for your instructor)")
+    if stuffed:
+        return _flagged(0.0, lines + stuff_msgs + ["no credit for this answer"], reasons,
+                        kind="text", missing=tuple(c.name for c in rb.concepts), details=metrics)
+    lines += stuff_msgs
+    graded = [_tidy("," if (copied[i] or excluded[i]) else tokens[i]
+                    for i in range(len(tokens)) if owner[i] == k) for k in range(len(chunks))]
+
+    full = rb.total_weight * rb.full_credit_at
+    found, missing, denied_names, named = [], [], [], []
+    got = penalty = 0.0
+    concept_lines: list[str] = []
+    absent: list[tuple[str, str]] = []
+    claimed: list[tuple[int, int, int]] = []   # the words that already earned a concept
+    for c in rb.concepts:
+        mentions = _mentions(c._compiled, graded, raw_kept, c.negatable, False)  # type: ignore[attr-defined]
+        # one phrase earns one idea: "an extra forward pass" is the recomputation, not also
+        # its cost and its size
+        fresh = [m for m in mentions if m.polarity == "assert"
+                 and not any(m.overlaps(span) for span in claimed)]
+        v = fresh[0] if fresh else _verdict([m for m in mentions if m.polarity != "assert"])
+        if v is None and mentions:
+            v = mentions[0]
+            concept_lines.append(f"not counted twice: {c.name} (\"{v.evidence}\" already earned "
+                                 "another idea)")
+            missing.append(c.name)
+            continue
+        if v is not None and v.polarity == "assert":
+            claimed.append(v.span)
+            found.append(c.name)
+            got += c.weight
+            concept_lines.append(f"found: {c.name} (\"{v.evidence}\") in {_quote(v.sentence)}")
+            continue
+        missing.append(c.name)
+        if v is not None and v.polarity == "deny":
+            cost = round(c.weight / full, 2)
+            penalty += cost
+            denied_names.append(c.name)
+            concept_lines.append(f"contradicted: {c.name} (-{cost:g}): the answer denies it in "
+                                 f"{_quote(v.sentence)}" + (f"; {c.hint}" if c.hint else ""))
+        elif v is not None:
+            named.append(c.name)
+            concept_lines.append(f"named but not stated: {c.name}, in {_quote(v.sentence)}"
+                                 + (f" - {c.hint}" if c.hint else ""))
+        else:
+            absent.append((c.name, c.hint))
+    concept_score = min(1.0, got / full)
+    wrong, fatal = [], False
+    mis_lines: list[str] = []
+    for mc in rb.misconceptions:
+        mentions = _mentions(mc._compiled, graded, raw_kept, True, True)  # type: ignore[attr-defined]
+        v = _verdict(mentions)
+        if v is None:
+            continue
+        if v.polarity == "assert":
+            wrong.append(mc.name)
+            penalty += mc.penalty
+            fatal = fatal or mc.fatal
+            mis_lines.append(f"misconception: {mc.name} (\"{v.evidence}\", -{mc.penalty:g}) in "
+                             f"{_quote(v.sentence)}" + (f": {mc.correction}" if mc.correction else ""))
+        elif v.polarity == "report":
+            reasons.append(f"misconception phrase '{mc.name}' ignored as reported, not claimed")
+    score = max(0.0, concept_score - penalty)
+    if (not penalty and copied_share < 0.3 and pasted < 0.3
+            and any(c.weight >= 1.0 for c in rb.concepts if c.name in found)):
+        # one correct key idea of five is worth a quarter of the points, as an interviewer gives it
+        score = max(score, FIRST_IDEA)
+    if fatal:
+        score = min(score, FATAL_CAP)
+    lines += concept_lines
+    for name, hint in absent:
+        if score >= 1.0:
+            lines.append(f"could also say: {name}")
+        else:
+            lines.append(f"missing: {name}" + (f" - {hint}" if hint else ""))
+    lines += mis_lines
+
+    lo, hi = rb.review_band
+    if wrong and concept_score >= 0.6:
+        reasons.append("a misconception next to strong concepts")
+    if denied_names and found:
+        reasons.append("the answer denies an idea next to ideas it states")
+    if lo < score < hi:
+        reasons.append(f"score {score:.2f} is in the review band {lo:g}-{hi:g}")
+    if not found and not wrong and not denied_names:
+        lines.insert(1, "none of the expected ideas were found: does this answer the question?")
+    if score <= lo and not wrong and not denied_names and n_words >= 20:
+        on_topic = sum(any(rx.search(g) for g in graded) for rx in rb._topic)  # type: ignore[attr-defined]
+        if on_topic >= 3:
+            reasons.append("a long on-topic answer that matched little of the rubric")
+    metrics.update(concept_score=round(concept_score, 3), penalty=round(penalty, 3))
+    return _flagged(score, lines, reasons, kind="text", found=tuple(found),
+                    missing=tuple(missing), misconceptions=tuple(wrong),
+                    details={**metrics, "denied": denied_names, "named_only": named})
