@@ -506,3 +506,41 @@ def test_executed_notebook_end_to_end(source, tmp_path):
     items = {i.question: i for i in rv.review_notebook(json.loads(nbformat.writes(nb)), source)}
     assert items["q1"].source == "audit", items
     assert items["q9"].source == "flagged" and "review band" in items["q9"].reason
+
+
+# ------------------------------------------------------------------ guessing the keys
+def test_single_choice_keys_are_spread(keys):
+    """No letter is the key of more than a third of the single-choice questions (issue: "b"
+    answered 7 of 8)."""
+    choice = {q: keys[q] for q, question in iv.QUESTIONS.items() if question.kind == "choice"}
+    assert len(choice) >= 6
+    for letter in "abcd":
+        share = sum(k == letter for k in choice.values())
+        assert share <= len(choice) / 3, f"{letter!r} is the key of {share} of {len(choice)}"
+
+
+def test_a_constant_answer_scores_at_most_chance(keys):
+    """The same letter typed into every choice question earns at most what guessing would
+    (1 / options of the points), graded by the real grader."""
+    choice = [q for q, question in iv.QUESTIONS.items() if question.kind == "choice"]
+    points = sum(iv.QUESTIONS[q].points for q in choice)
+    chance = sum(iv.QUESTIONS[q].points / len(iv.QUESTIONS[q].options) for q in choice)
+    for letter in "abcd":
+        earned = sum(iv.grade(q, letter, keys[q]).points(iv.QUESTIONS[q].points) for q in choice)
+        assert earned <= chance + 1e-9, f"answering {letter!r} everywhere earns {earned}/{points}"
+
+
+def test_answer_cell_examples_are_never_the_key(source, keys):
+    """The example in an answer cell's comment (``format: answer_q3 = "d"``, ``e.g. ...``)
+    never is that question's key: copying the examples earns nothing."""
+    example = re.compile(r"#.*answer_(q\d+) = (\"[^\"]*\"|\[[^\]]*\])")
+    seen = 0
+    for gid, cell in _cells(source).items():
+        m = example.search(_src(cell).splitlines()[0]) if _src(cell) else None
+        if not m or m.group(1) not in keys:
+            continue
+        seen += 1
+        q, value = m.group(1), ast.literal_eval(m.group(2))
+        result = iv.grade(q, value, keys[q])
+        assert result.score == 0, f"{gid}: the example {value!r} scores {result.score}"
+    assert seen >= 20

@@ -272,3 +272,13 @@ def test_cuda_job_forward_and_accumulation_match():
     assert b.samples_per_step == [E] * SPEC.steps
     assert abs(a.eval_loss - b.eval_loss) < 1e-3
     assert ml.get_device(dev).type == "cuda"
+
+
+@pytest.mark.parametrize("capability, dtype", [((7, 5), torch.float16), ((7, 0), torch.float16),
+                                               ((8, 0), torch.bfloat16), ((9, 0), torch.bfloat16)])
+def test_amp_dtype_asks_for_native_bf16(monkeypatch, capability, dtype):
+    """A T4 (7.5) or V100 (7.0) only emulates bf16, although torch.cuda.is_bf16_supported()
+    says True there by default (including_emulation=True): fp16 on them, bf16 from Ampere on."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert oom.amp_dtype(torch.device("cuda")) == dtype

@@ -124,8 +124,11 @@ class JobResult:
 
 
 def amp_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on the CPU and on CUDA GPUs that have it (Ampere and later), else fp16."""
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    """bf16 on the CPU and on CUDA GPUs that have it natively (Ampere and later: compute
+    capability 8.0), else fp16. Not ``torch.cuda.is_bf16_supported()``: its default
+    (``including_emulation=True``) also says True on a T4 or V100, which only emulate bf16
+    (torch/cuda/__init__.py)."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
         return torch.float16
     return torch.bfloat16
 

@@ -44,7 +44,7 @@ OOM_BEFORE_BATCH = Rubric(
             r"(?:lower|reduced|low|16 bit) precision",
             r"16 bit (?:floats?|training|weights|activations|types?)",
         ), 0.75, "train in fp16/bf16 mixed precision"),
-        Concept("lower precision roughly halves activation and gradient memory", (
+        Concept("lower precision roughly halves activation memory", (
             r"halv\w*", r"half(?! precision)",
             r"(?:2x|2 x|two ?fold|factor of (?:2|two)|twice) (?:saving|savings|reduction|less|"
             r"smaller|fewer|lower|cut)",
@@ -53,7 +53,8 @@ OOM_BEFORE_BATCH = Rubric(
             r"(?:16|sixteen) bits? (?:instead of|rather than|vs|versus|compared to) (?:32|"
             r"thirty two)",
             r"50 ?% (?:less|smaller|fewer|of the memory|reduction|saving)",
-        ), 0.75, "say what it saves: 2 bytes instead of 4 for activations and gradients"),
+        ), 0.75, "say what it saves: activations in 2 bytes instead of 4 (under autocast the fp32 "
+                 "weights, their gradients and the optimizer state stay as they are)"),
         Concept("gradient checkpointing", (
             r"(?:gradient|activation)s? checkpoint\w*", r"checkpointing", r"re ?comput\w*",
             r"re ?calculat\w*",
@@ -151,8 +152,22 @@ OOM_BEFORE_BATCH = Rubric(
             r"int8",
             rf"quanti[sz]\w* {G(3)}(?:weights|model|parameters)",
             rf"(?:halv|reduc|shrink)\w* {G(2)}(?:the )?(?:parameters|weights) (?:to|in) (?:8|int8)",
-        ), 0.3, "mixed precision runs activations and gradients in 16-bit floats; int8 quantisation is "
-                "another technique"),
+        ), 0.3, "mixed precision runs the matmuls and activations in 16-bit floats; int8 quantisation "
+                "is another technique"),
+        # Notebook 03: under autocast the weights stay fp32, so do their gradients and Adam's
+        # two moments; only what is computed in 16 bits (activations) shrinks.
+        Misconception("claims mixed precision halves the weights or the optimizer state", (
+            # "bf16 autocast: it halves the weights" (a colon is a clause break: cross one)
+            rf"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision) "
+            rf"(?:{G(3)}\. )?{G(5)}(?:halv\w*|shrink\w*) {G(2)}(?:weights|master weights|parameters|"
+            r"model states|optimi[sz]er states?|adam(?: s)? (?:states?|moments))",
+            # "with mixed precision the weights, grads and Adam moments all shrink 2x": a list in
+            # one clause, so the words between may hold commas (not a clause break)
+            r"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision)"
+            r"[^.]*? (?:weights|parameters|model states|optimi[sz]er states?|moments) "
+            rf"{G(3, negations=False)}(?:halv\w*|shrink\w*|take (?:2|two) bytes|(?:are|is) (?:2|two) bytes)",
+        ), 0.3, "under autocast the weights stay fp32, and so do their gradients and Adam's two "
+                "moments (notebook 03): mixed precision shrinks the activations"),
         Misconception("confuses gradient checkpointing with saving checkpoints to disk", (
             rf"(?:sav|writ|dump|stor)\w* {G(3)}checkpoints? {G(3)}(?:to|on) {G(1)}(?:disk|drive|"
             r"file|ssd)",
@@ -165,7 +180,7 @@ OOM_BEFORE_BATCH = Rubric(
            r"activations?", r"gpu", r"oom|out of memory"),
     full_credit_at=0.75,
     course_text=(
-        'Recap (05): an out-of-memory error is a message to read before it is a problem to fix. The levers differ in what they cost: precision costs little, recomputation costs time, accumulation costs steps, a smaller batch changes the training itself.',
+        'Recap (05): an out-of-memory error is a message to read before it is a problem to fix. The levers differ in what they cost: precision costs little, recomputation costs time, accumulation costs more, smaller passes (the optimizer steps as often as before), a smaller batch changes the training itself.',
         'Read the error: the breakdown printed at the failure says which consumer dominates.',
         'Mixed precision (bf16 autocast; notebook 03): activations in 2 bytes instead of 4.',
         'Activation checkpointing (notebook 02), only where memory binds: it costs a recomputation in every backward.',
@@ -173,8 +188,9 @@ OOM_BEFORE_BATCH = Rubric(
         'A smaller optimizer state, where the recipe allows it; a smaller batch only as the last resort, because it changes the training itself.',
     ),
     model_answer=(
-        "First bf16 (or fp16 with a GradScaler) mixed precision: activations and gradients "
-        "take 2 bytes instead of 4, roughly halving that memory. Then gradient checkpointing: "
+        "First bf16 (or fp16 with a GradScaler) mixed precision: the activations saved for "
+        "backward take 2 bytes instead of 4, roughly halving them, while the fp32 weights and "
+        "optimizer state stay. Then gradient checkpointing: "
         "keep only some layer inputs and recompute the rest during backward, trading about "
         "30% more compute for much less activation memory. Then gradient accumulation over "
         "micro-batches, which keeps the effective batch size. An 8-bit optimizer or sharding "

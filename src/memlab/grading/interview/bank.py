@@ -160,7 +160,7 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in (
 _EXAMPLE = {"numeric": '"12 GB"', "choice": '"b"', "multi": '["a", "c"]',
             "ordering": '"b > a > c"', "text": '"""Your explanation in a few sentences."""'}
 _UNIT_EXAMPLE = {"GB": '"12.5 GB"', "GiB": '"11.6 GiB"', "MiB": '"640 MiB"', "ms": '"250 ms"',
-                 "B": '"1024 B"', "x": '"3x"', "": "1024"}
+                 "B": '"1024 B"', "x": '"1.5x"', "": "1024"}
 
 
 def _question(qid: object) -> Question:
