@@ -1343,3 +1343,40 @@ def test_grading_emits_no_warnings():
         grade_numeric("24G", 24, "GB")
         grade_choice("a, b", ["a"])
         grade_ordering("b > a", ["a", "b"])
+
+
+# ---------------------------------------------- oom_before_batch: what mixed precision shrinks
+_REST = (" Then checkpointing trades extra compute for activation memory, accumulation over "
+         "micro-batches keeps the effective batch size, and a smaller batch is the last resort "
+         "because it changes the training dynamics.")
+
+
+@pytest.mark.parametrize("claim", [
+    "I would use bf16 autocast: it halves the weights, the gradients and the Adam moments.",
+    "With mixed precision the weights, grads and Adam moments all shrink 2x.",
+    "fp16 mixed precision halves the optimizer state.",
+])
+def test_mixed_precision_does_not_halve_the_weights_or_adam(claim):
+    """Under autocast the weights, their gradients and Adam's moments stay fp32 (notebook 03):
+    an answer claiming they halve loses points and names the misconception."""
+    r = rb.grade_text(claim + _REST, "oom_before_batch")
+    assert r.score < 0.75 and r.needs_review, r.report()
+    assert "claims mixed precision halves the weights or the optimizer state" in r.report()
+
+
+@pytest.mark.parametrize("claim", [
+    "bf16 autocast halves the activations; the weights and the optimizer state stay fp32.",
+    "Mixed precision does not halve the weights or the optimizer state, only the activations.",
+    "Mixed precision stores activations in 2 bytes instead of 4. An 8-bit optimizer shrinks "
+    "optimizer state.",
+])
+def test_the_true_statement_is_not_the_misconception(claim):
+    r = rb.grade_text(claim + _REST, "oom_before_batch")
+    assert "claims mixed precision halves" not in r.report(), r.report()
+    assert r.score >= 0.75, r.report()
+
+
+def test_the_model_answer_says_what_stays_fp32():
+    answer = rb.get_rubric("oom_before_batch").model_answer
+    assert "fp32 weights and optimizer state stay" in answer
+    assert "activations and gradients" not in answer

@@ -207,3 +207,25 @@ def test_score_follows_nbgrader():
     assert verdict.score(2, "", "", -1) == (2.0, "")      # nbgrader: below 0 counts as full
     assert verdict.score(2, "", "", 3)[0] == 0.0           # nbgrader raises: never more than max
     assert verdict.score(2, "", "", None) == (2.0, "")
+
+
+@pytest.mark.parametrize("sandboxed", MODES)
+def test_the_rerun_imports_the_course_not_the_submission(tmp_path, sandboxed):
+    """A ``spellchecker.py`` or ``memlab/`` shipped beside the notebook is never imported by the
+    re-run in place of the real one (the harness starts with -P and drops its folder from
+    sys.path)."""
+    sub = tmp_path / "sub"
+    (sub / "memlab").mkdir(parents=True)
+    (sub / "memlab" / "__init__.py").write_text("raise ImportError('SHADOW memlab')\n")
+    (sub / "spellchecker.py").write_text("raise ImportError('SHADOW spellchecker')\n")
+    cells = [
+        _locked("setup", "import os, sys\nimport memlab as ml"),
+        _test("t_real", "import spellchecker\n"
+                        "sc = spellchecker.__file__\n"
+                        "assert not sc.startswith(os.getcwd()), sc\n"
+                        "assert not ml.__file__.startswith(os.getcwd()), ml.__file__\n"
+                        "assert '' not in sys.path and os.environ.get('PYTHONSAFEPATH') == '1'"),
+    ]
+    found, problem = _run(tmp_path, cells, sandboxed=sandboxed)
+    assert problem == ""
+    assert _scores(found) == {"t_real": 1}, found["t_real"].why

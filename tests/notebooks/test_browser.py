@@ -316,7 +316,15 @@ def _save(page, nb_path: Path) -> dict:
     while nb_path.stat().st_mtime == before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert nb_path.stat().st_mtime != before, f"{nb_path.name}: JupyterLab did not save it"
-    return json.loads(nb_path.read_text())
+    # The server truncates the file, then writes it: on a loaded machine the first read can
+    # land between the two (an empty file once in CI). Read until it parses.
+    while True:
+        try:
+            return json.loads(nb_path.read_text())
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
 
 
 def _shut_down_kernels(server: LabServer) -> None:

@@ -74,7 +74,7 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
     threads = max(1, int(s.get("threads") or 1))
     if not s.get("warm", True):
         popen = subprocess.Popen(
-            [sys.executable, "-c",
+            [sys.executable, "-P", "-c",
              f"from {__name__} import _child_main; _child_main({str(jobdir)!r}, 0, {threads})"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=_child_env(), start_new_session=True)
@@ -107,7 +107,7 @@ def _zygote_locked() -> subprocess.Popen | None:
     global _ZYGOTE
     if _ZYGOTE is None or _ZYGOTE.poll() is not None:
         _ZYGOTE = subprocess.Popen(
-            [sys.executable, "-c", f"from {__name__} import _zygote_main; _zygote_main()"],
+            [sys.executable, "-P", "-c", f"from {__name__} import _zygote_main; _zygote_main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), start_new_session=True)
         if _ZYGOTE.stdout.readline().strip() != b"ready":
             _ZYGOTE.kill()
@@ -417,7 +417,7 @@ class _WarmKernels:
     def prefix() -> list[str]:
         from memlab.autograde.security import kernel
 
-        return [sys.executable, "-m", kernel.__name__]
+        return list(kernel.LAUNCHER)
 
     @classmethod
     def prefork(cls, n: int, threads: int) -> None:
@@ -498,7 +498,7 @@ class _WarmKernels:
         if verdict_run:
             from memlab.autograde.security import verdict
 
-            verdict.main(argv[3:])
+            verdict.main(argv[len(verdict.HARNESS):])
         else:
             from memlab.autograde.security import kernel
 
@@ -510,7 +510,7 @@ class _WarmKernels:
              confine: str | None = None, log: str | None = None) -> tuple[_Forked, int] | None:
         """Hand orders to the next slot: (its Popen-like handle, read end of its report pipe),
         or None when no slot is left (or a kernel's argv is not the course's launcher)."""
-        if not cls.slots or (kind == "kernel" and list(argv[:3]) != cls.prefix()):
+        if not cls.slots or (kind == "kernel" and list(argv[:len(cls.prefix())]) != cls.prefix()):
             return None
         pid, w, rr = cls.slots.pop(0)
         payload = pickle.dumps({"kind": kind, "argv": list(argv), "env": dict(os.environ if env is None else env),

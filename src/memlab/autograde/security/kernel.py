@@ -12,7 +12,13 @@ Before the IPython kernel starts, in its own process:
   dies (jupyter_client starts kernels in their own session, so killing the worker's process
   group would not reach it);
 * :mod:`memlab.grading` is imported, so :func:`memlab.grading.guard` compares against the
-  functions as they were before any learner code ran.
+  functions as they were before any learner code ran;
+* imports come from the course, never from the submission: the interpreter starts with ``-P``
+  (no working directory on ``sys.path``), :func:`course_only_path` drops the working directory
+  again (a warm fork inherits ``sys.path``), IPython is told not to add it
+  (``IPKernelApp.ignore_cwd``), and ``PYTHONSAFEPATH=1`` reaches every process the learner
+  starts: a ``spellchecker.py`` or ``memlab/`` shipped beside the notebook is never imported
+  in place of the real one.
 
 The kernelspec that runs this is written by :func:`write_kernelspec` into a temporary
 Jupyter data folder of the grading run (never into the user's Jupyter folders).
@@ -26,6 +32,9 @@ import sys
 from pathlib import Path
 
 KERNEL_NAME = "memlab-grader"
+# How a grader's kernel starts: -P, so the submission's folder (the kernel's working directory)
+# is not on sys.path before the first import.
+LAUNCHER = (sys.executable, "-P", "-m", "memlab.autograde.security.kernel")
 
 
 def _set_pdeathsig() -> None:
@@ -48,6 +57,17 @@ def _nvidia_gpu_visible() -> bool:
     return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
 
 
+def course_only_path() -> list[str]:
+    """Drop the working directory (``''``, ``'.'``, its path) from ``sys.path``, and ask every
+    Python the learner's code starts to do the same (``PYTHONSAFEPATH=1``). Returns what was
+    dropped."""
+    cwd = os.path.realpath(os.getcwd())
+    dropped = [p for p in sys.path if p in ("", ".") or os.path.realpath(p) == cwd]
+    sys.path[:] = [p for p in sys.path if p not in dropped]
+    os.environ["PYTHONSAFEPATH"] = "1"
+    return dropped
+
+
 def _limit(which: int, value: int) -> None:
     try:
         soft, hard = resource.getrlimit(which)
@@ -60,6 +80,7 @@ def _limit(which: int, value: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    course_only_path()
     memory_mb = cpu_s = 0
     while argv and argv[0] in ("--memory-mb", "--cpu-s"):
         flag, value = argv.pop(0), int(argv.pop(0))
@@ -77,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import runpy
 
-    sys.argv = ["ipykernel_launcher", *argv]
+    sys.argv = ["ipykernel_launcher", "--IPKernelApp.ignore_cwd=True", *argv]
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 
 
@@ -87,8 +108,8 @@ def write_kernelspec(data_dir: str | Path, memory_mb: int = 0, cpu_s: int = 0) -
     folder = Path(data_dir) / "kernels" / KERNEL_NAME
     folder.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "memlab.autograde.security.kernel", "--memory-mb", str(memory_mb),
-                 "--cpu-s", str(cpu_s), "-f", "{connection_file}"],
+        "argv": [*LAUNCHER, "--memory-mb", str(memory_mb), "--cpu-s", str(cpu_s),
+                 "-f", "{connection_file}"],
         "display_name": "GPU Memory Lab grader (limited)",
         "language": "python",
         "metadata": {"debugger": False},

@@ -100,8 +100,12 @@ def program_of(nb, trusted: Mapping[str, str], points: Mapping[str, float]) -> l
     return cells
 
 
+# -P: the learner's folder (the harness's working directory) is not on sys.path
+HARNESS = (sys.executable, "-P", "-c", "from memlab.autograde.security.verdict import main; main()")
+
+
 def _harness_argv(memory_mb: int, cell_timeout: float, report_fd: int) -> list[str]:
-    return [sys.executable, "-c", "from memlab.autograde.security.verdict import main; main()",
+    return [*HARNESS,
             "--memory-mb", str(int(memory_mb or 0)), "--cell-timeout", f"{float(cell_timeout):g}",
             "--report-fd", str(report_fd), PROGRAM]
 
@@ -345,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     import types
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    from memlab.autograde.security.kernel import course_only_path
+
+    course_only_path()
     memory_mb, cell_timeout, out_fd = 0, 300.0, -1
     while argv and argv[0] in ("--memory-mb", "--cell-timeout", "--report-fd"):
         flag, value = argv.pop(0), argv.pop(0)
@@ -419,7 +426,8 @@ def main(argv: list[str] | None = None) -> None:
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, f"<cell {cell.get('grade_id') or kind}>", "exec"), ns)  # noqa: S102  (the tests it re-runs)
+            # the tests it re-runs
+            exec(compile(tree, f"<cell {cell.get('grade_id') or kind}>", "exec"), ns)  # noqa: S102
             if last is not None:
                 value = eval(compile(last, f"<cell {cell.get('grade_id') or kind}>", "eval"), ns)
         except BaseException as exc:  # noqa: BLE001  a cell's failure is data, never the end

@@ -159,13 +159,15 @@ OOM_BEFORE_BATCH = Rubric(
         Misconception("claims mixed precision halves the weights or the optimizer state", (
             # "bf16 autocast: it halves the weights" (a colon is a clause break: cross one)
             rf"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision) "
-            rf"(?:{G(3)}\. )?{G(5)}(?:halv\w*|shrink\w*) {G(2)}(?:weights|master weights|parameters|"
+            rf"(?:{G(3)}\. )?{G(5)}(?:halv\w*|shrink\w*) {G(2)}"
+            r"(?:weights|master weights|parameters|"
             r"model states|optimi[sz]er states?|adam(?: s)? (?:states?|moments))",
             # "with mixed precision the weights, grads and Adam moments all shrink 2x": a list in
             # one clause, so the words between may hold commas (not a clause break)
             r"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision)"
             r"[^.]*? (?:weights|parameters|model states|optimi[sz]er states?|moments) "
-            rf"{G(3, negations=False)}(?:halv\w*|shrink\w*|take (?:2|two) bytes|(?:are|is) (?:2|two) bytes)",
+            rf"{G(3, negations=False)}"
+            r"(?:halv\w*|shrink\w*|take (?:2|two) bytes|(?:are|is) (?:2|two) bytes)",
         ), 0.3, "under autocast the weights stay fp32, and so do their gradients and Adam's two "
                 "moments (notebook 03): mixed precision shrinks the activations"),
         Misconception("confuses gradient checkpointing with saving checkpoints to disk", (
