@@ -10,6 +10,7 @@ Marked ``slow`` (kernels): `make test` and CI run it; ~2-3 minutes on 2 idle cor
 from __future__ import annotations
 
 import copy
+import os
 import csv
 import sqlite3
 import zipfile
@@ -393,3 +394,50 @@ def test_gradebook_integrity_check(tmp_path):
     data[4096 + 100: 4096 + 4196] = b"x" * 4096   # what a learner who reaches the file does
     db.write_bytes(bytes(data))
     assert gradebook_integrity(db) != "ok"
+
+
+@pytest.mark.slow
+def test_a_bad_submission_never_stops_the_class(course, tmp_path):
+    """A 2 GiB sparse file, or a file whose name is not UTF-8, in one student's folder: that
+    submission scores 0 with the reason, the classmate is graded, the batch completes."""
+    released = nbformat.read(course / "notebooks" / A / f"{A}.ipynb", as_version=4)
+    for student in ("a_sparse", "b_badname", "c_fine"):
+        folder = tmp_path / "class" / student / A
+        folder.mkdir(parents=True)
+        nbformat.write(_with(released, CORRECT), folder / f"{A}.ipynb")
+    with open(tmp_path / "class" / "a_sparse" / A / "huge.bin", "wb") as f:
+        f.truncate(2 * 1024 ** 3)
+    with open(os.fsencode(tmp_path / "class" / "b_badname" / A) + b"/notes\xff.txt", "wb") as f:
+        f.write(b"x")
+    settings = GradeSettings(workers=1, cell_timeout=300, submission_timeout=300, memory_mb=3072)
+    config = course / "autograder" / "nbgrader_config.py"
+    report = grade_class(tmp_path / "class", config_path=config, out=tmp_path / "report",
+                         settings=settings, progress=False)
+    by = report.by_submission
+    assert by[("a_sparse", A)]["score"] == 0 and "hold more than" in by[("a_sparse", A)]["reason"]
+    assert by[("b_badname", A)]["score"] == 0 and "not UTF-8" in by[("b_badname", A)]["reason"]
+    assert by[("c_fine", A)]["score"] == 3, by[("c_fine", A)]["reason"]
+
+
+@pytest.mark.slow
+def test_a_skip_execution_tag_does_not_skip_a_test(course, tmp_path):
+    """An unfinished answer whose test cells are tagged ``skip-execution`` (nbclient would not
+    run them, and nbgrader scores a test cell without an error as passed) scores what the
+    blank release scores, with the re-run outside the kernel off (this layer alone)."""
+    released = nbformat.read(course / "notebooks" / A / f"{A}.ipynb", as_version=4)
+    tagged = copy.deepcopy(released)
+    for cell in tagged.cells:
+        if (cell.metadata.get("nbgrader") or {}).get("grade"):
+            cell.metadata["tags"] = ["skip-execution"]
+    for student, nb in (("a_tagged", tagged), ("b_blank", released)):
+        folder = tmp_path / "class" / student / A
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{A}.ipynb")
+    settings = GradeSettings(workers=1, cell_timeout=300, submission_timeout=300, memory_mb=3072,
+                             verdict=False)
+    config = course / "autograder" / "nbgrader_config.py"
+    report = grade_class(tmp_path / "class", config_path=config, out=tmp_path / "report",
+                         settings=settings, progress=False)
+    tagged_r, blank_r = report.by_submission[("a_tagged", A)], report.by_submission[("b_blank", A)]
+    assert tagged_r["score"] == blank_r["score"] == 0, (tagged_r["reason"], blank_r["reason"])
+    assert "cell tag 'skip-execution' removed" in tagged_r["reason"], tagged_r["reason"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_read_tree_takes_regular_files_only(tmp_path):
     (tmp_path / "data" / "x.bin").write_bytes(b"\0\1")
     os.symlink("/etc/passwd", tmp_path / "link")
     assert intake._read_tree(tmp_path) == {"data/x.bin": b"\0\1", "nb.ipynb": b"{}"}
-    with pytest.raises(ValueError, match="holds more than 3 bytes"):
+    with pytest.raises(ValueError, match="hold more than 3 bytes"):
         intake._read_tree(tmp_path, max_bytes=3)
 
 
@@ -83,3 +84,63 @@ def test_timestamp():
     assert note is None and (when.year, when.month, when.day, when.hour) == (2026, 12, 1, 10)
     assert intake._timestamp({"timestamp.txt": b"yesterday-ish"}) == (
         None, "timestamp.txt unreadable: no late penalty applied")
+
+
+def test_read_tree_refuses_undecodable_names_before_reading(tmp_path):
+    (tmp_path / "nb.ipynb").write_text("{}")
+    with open(os.fsencode(tmp_path) + b"/data\xff.bin", "wb") as f:
+        f.write(b"x")
+    with pytest.raises(ValueError, match=r"the file name 'data\\udcff.bin' is not UTF-8"):
+        intake._read_tree(tmp_path)
+
+
+def test_read_tree_counts_a_sparse_file_whole_and_reads_nothing(tmp_path, monkeypatch):
+    (tmp_path / "nb.ipynb").write_text("{}")
+    with open(tmp_path / "huge.bin", "wb") as f:   # 2 GiB on paper, a few bytes on disk
+        f.truncate(2 * 1024 ** 3)
+    read = []
+    monkeypatch.setattr(type(tmp_path), "read_bytes", lambda self: read.append(self) or b"")
+    with pytest.raises(ValueError, match="hold more than 104857600 bytes"):
+        intake._read_tree(tmp_path, intake.MAX_SUBMISSION_BYTES)
+    assert read == []
+
+
+def test_collect_jobs_skips_a_student_folder_that_is_not_utf8(tmp_path):
+    (tmp_path / "ana" / "03_mixed_precision").mkdir(parents=True)
+    os.makedirs(os.fsencode(tmp_path) + b"/b\xffb/03_mixed_precision")
+    found, ignored = intake._collect_jobs(tmp_path, ["03_mixed_precision"])
+    assert [s for s, _, _ in found] == ["ana"]
+    assert ignored == ["'b\\udcffb' (a folder name that is not UTF-8)"]
+
+
+def test_precheck_removes_execution_tags(tmp_path):
+    """A test cell tagged ``skip-execution`` would not run (nbgrader scores an unrun test cell
+    as passed): the tag is removed before grading, and the reason says so."""
+    import nbformat
+
+    root = Path(__file__).resolve().parents[3]
+    release = root / "notebooks" / "00_setup"
+    nb = nbformat.read(release / "00_setup.ipynb", as_version=4)
+    tagged = [c for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("grade")
+              and not (c.metadata.get("nbgrader") or {}).get("solution")][0]
+    gid = tagged.metadata["nbgrader"]["grade_id"]
+    tagged.metadata["tags"] = ["skip-execution", "raises-exception", "mine"]
+    dest = tmp_path / "sub"
+    dest.mkdir()
+    nbformat.write(nb, dest / "00_setup.ipynb")
+    reasons = intake._precheck(dest, release, ["00_setup"])
+    assert [r for r in reasons if "cell tag" in r] == [
+        f"cell tag 'skip-execution' removed from {gid}: every cell runs"]
+    back = nbformat.read(dest / "00_setup.ipynb", as_version=4)
+    tags = [t for c in back.cells for t in c.metadata.get("tags", [])]
+    assert "skip-execution" not in tags and "raises-exception" in tags and "mine" in tags
+
+
+def test_precheck_says_nothing_about_the_releases_own_tags(tmp_path):
+    """The release tags its answer and test cells ``raises-exception`` (Run All goes on): an
+    untouched release gets no tag reason."""
+    release = Path(__file__).resolve().parents[3] / "notebooks" / "00_setup"
+    dest = tmp_path / "sub"
+    dest.mkdir()
+    (dest / "00_setup.ipynb").write_bytes((release / "00_setup.ipynb").read_bytes())
+    assert not [r for r in intake._precheck(dest, release, ["00_setup"]) if "tag" in r]

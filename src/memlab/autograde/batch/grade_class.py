@@ -97,7 +97,8 @@ from typing import Any
 # The parts, and the names this facade re-exports (public names, hooks named by dotted path in
 # GradeSettings, and the private helpers tests import from here).
 from memlab.autograde.batch.intake import (  # noqa: F401
-    MAX_NOTEBOOK_BYTES, MAX_ZIP_BYTES, _collect_jobs, _read_tree, _safe_extract, _timestamp,
+    MAX_NOTEBOOK_BYTES, MAX_SUBMISSION_BYTES, MAX_ZIP_BYTES, _collect_jobs, _read_tree,
+    _safe_extract, _timestamp,
     _write_tree, audit_check, find_layout, structure_check)
 from memlab.autograde.batch.jobs import (  # noqa: F401
     _slim_gradebook, course_bundle, grade_job, make_job)
@@ -353,10 +354,16 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         if not settings.resume and ledger_path.exists():
             ledger_path.unlink()
         forced = bool(settings.students or settings.assignments)
-        pending, results = [], {}
+        pending, results, refused = [], {}, []
         with Gradebook(cd.db_url, cd.course_id) as gb:
             for student, assignment, folder in found:
-                files = _read_tree(folder)
+                try:
+                    files = _read_tree(folder, MAX_SUBMISSION_BYTES)
+                except (ValueError, OSError) as exc:  # one bad submission never stops the class
+                    job = make_job(student, assignment, {}, bundles[assignment], jset)
+                    refused.append(_failed_result(
+                        job, f"submission refused: {_first_line(str(exc), 160)}: scores 0", 0.0))
+                    continue
                 job = make_job(student, assignment, files, bundles[assignment], jset)
                 e = ledger.get((student, assignment))
                 if (not forced and e and e.get("digest") == job["digest"]
@@ -368,6 +375,12 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                     except MissingEntry:
                         pass
                 pending.append(job)
+        if refused:  # graded 0 with their reason, merged like any failed job (never ledgered)
+            with Gradebook(cd.db_url, cd.course_id) as gb:
+                for res in refused:
+                    job = {"student": res["student"], "assignment": res["assignment"]}
+                    _merge_retrying(gb, cd, job, res, None)
+                    results[(res["student"], res["assignment"])] = res
         skipped = len(results)
         bar = _Progress(len(pending), progress, skipped)
         workers = 0

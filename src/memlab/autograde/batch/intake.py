@@ -22,6 +22,12 @@ from memlab.autograde.security.audit import _meta
 
 MAX_ZIP_BYTES = 2 * 1024 ** 3       # refuse zips that unpack to more than this
 MAX_NOTEBOOK_BYTES = 100 * 1024 ** 2  # a submitted notebook larger than this is not graded
+MAX_SUBMISSION_BYTES = 100 * 1024 ** 2  # one submission's files together (stat sizes: sparse count)
+# Cell tags that change whether nbclient runs a cell: "skip-execution" would leave a test cell
+# unrun (and nbgrader scores an unrun test cell as passed); removed from every cell. (The
+# releases' own "raises-exception" tags stay: nbgrader runs with allow_errors, they change
+# nothing in grading and keep Run All going for the learner.)
+EXECUTION_TAGS = ("skip-execution",)
 
 
 def _safe_extract(zip_path: Path, dest: Path) -> None:
@@ -142,6 +148,14 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
             if gid not in seen and _meta(ref).get("grade"):
                 reasons.append(f"grade cell {gid!r} deleted: restored from the release")
         nb.cells = cells
+        for cell in nb.cells:
+            tags = cell.get("metadata", {}).get("tags")
+            bad = [t for t in tags if t in EXECUTION_TAGS] if isinstance(tags, list) else []
+            if bad:
+                cell.metadata["tags"] = [t for t in tags if t not in EXECUTION_TAGS]
+                where = _meta(cell).get("grade_id") or "a cell"
+                reasons.append(f"cell tag {', '.join(map(repr, bad))} removed from {where}: "
+                               "every cell runs")
         for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
             cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
         nbformat.write(nb, str(path))
@@ -181,20 +195,33 @@ def audit_check(job: dict, submitted: Path, release_dir: Path) -> dict:
     return {"reasons": reasons, "zero": []}
 
 
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:   # a name the file system gave as undecodable bytes
+        return False
+
+
 def _read_tree(folder: Path, max_bytes: int = MAX_ZIP_BYTES) -> dict[str, bytes]:
-    """Regular files under ``folder`` (no symlinks, no checkpoints) as {posix path: bytes}."""
-    files: dict[str, bytes] = {}
-    total = 0
+    """Regular files under ``folder`` (no symlinks, no checkpoints) as {posix path: bytes}.
+
+    Raises ValueError, before reading a byte of it, for a file whose name is not UTF-8 or when
+    the files' sizes (as ``stat`` gives them: a sparse file counts whole) pass ``max_bytes``:
+    the caller grades that one submission 0 with the reason and goes on."""
+    paths, total = [], 0
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
         if p.is_symlink() or not p.is_file() or any(
                 part in (".ipynb_checkpoints", "__MACOSX") for part in rel.parts):
             continue
+        if not _utf8(rel.as_posix()):
+            raise ValueError(f"the file name {ascii(rel.as_posix())} is not UTF-8")
         total += p.stat().st_size
         if total > max_bytes:
-            raise ValueError(f"{folder} holds more than {max_bytes} bytes")
-        files[rel.as_posix()] = p.read_bytes()
-    return files
+            raise ValueError(f"its files hold more than {max_bytes} bytes")
+        paths.append((rel.as_posix(), p))
+    return {name: p.read_bytes() for name, p in paths}
 
 
 def _safe_rel(name: str) -> PurePosixPath | None:
@@ -231,6 +258,9 @@ def _collect_jobs(src: Path, known: list[str]) -> tuple[list[tuple[str, str, Pat
     layout = find_layout(src, known)
     found, ignored = [], []
     for sdir in sorted(p for p in layout.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not _utf8(sdir.name):   # no gradebook row can name this student
+            ignored.append(f"{ascii(sdir.name)} (a folder name that is not UTF-8)")
+            continue
         for adir in sorted(p for p in sdir.iterdir() if p.is_dir()):
             if adir.name in known:
                 found.append((sdir.name, adir.name, adir))

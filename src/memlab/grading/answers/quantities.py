@@ -211,7 +211,8 @@ def grade_numeric(
     ``expected`` is in ``unit`` (one of B/KB/MB/GB/TB, KiB/MiB/GiB/TiB, s/ms/us/min/h,
     %, x, params or "" for a plain count). An answer with a unit of the same kind is
     converted (GiB -> GB). ``abs_tol`` adds an absolute tolerance, in ``unit`` (useful
-    when ``expected`` is 0). Used by the numeric questions of 07 (:mod:`.interview_bank`).
+    when ``expected`` is 0). Used by the numeric questions of 07
+    (:mod:`memlab.grading.interview.bank`).
 
     - A unit mix-up scores 0, whatever the tolerance, with a message that names it: a
       value off by exactly the decimal/binary factor (1.024 ... 1.0995, within 1%) or by

@@ -174,7 +174,7 @@ _PRIVATE = "memlab._interview_engine"
 
 def _load_engine() -> tuple[Any, Any]:
     """Private copies of the grading engine (memlab/grading/answers/grade.py and the modules it is
-    made of: answers, quantities, choices, spelling, concepts, rubric_bank), executed from
+    made of: result, quantities, choices, spelling, concepts, bank), executed from
     the package files as submodules of a private package, so ``ml.rubric.grade_text = ...``
     or a patched ``memlab.grading.answers.concepts`` in a learner's kernel does not reach them
     (and the public modules, and their classes, are left alone)."""
