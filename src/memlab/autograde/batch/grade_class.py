@@ -98,8 +98,7 @@ from typing import Any
 # GradeSettings, and the private helpers tests import from here).
 from memlab.autograde.batch.intake import (  # noqa: F401
     MAX_NOTEBOOK_BYTES, MAX_SUBMISSION_BYTES, MAX_ZIP_BYTES, _collect_jobs, _read_tree,
-    _safe_extract, _timestamp,
-    _write_tree, audit_check, find_layout, structure_check)
+    _safe_extract, _timestamp, _write_tree, audit_check, find_layout, structure_check)
 from memlab.autograde.batch.jobs import (  # noqa: F401
     _slim_gradebook, course_bundle, grade_job, make_job)
 from memlab.autograde.batch.merge import (  # noqa: F401
@@ -361,8 +360,8 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                     files = _read_tree(folder, MAX_SUBMISSION_BYTES)
                 except (ValueError, OSError) as exc:  # one bad submission never stops the class
                     job = make_job(student, assignment, {}, bundles[assignment], jset)
-                    refused.append(_failed_result(
-                        job, f"submission refused: {_first_line(str(exc), 160)}: scores 0", 0.0))
+                    refused.append((job, _failed_result(
+                        job, f"submission refused: {_first_line(str(exc), 160)}: scores 0", 0.0)))
                     continue
                 job = make_job(student, assignment, files, bundles[assignment], jset)
                 e = ledger.get((student, assignment))
@@ -377,8 +376,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                 pending.append(job)
         if refused:  # graded 0 with their reason, merged like any failed job (never ledgered)
             with Gradebook(cd.db_url, cd.course_id) as gb:
-                for res in refused:
-                    job = {"student": res["student"], "assignment": res["assignment"]}
+                for job, res in refused:
                     _merge_retrying(gb, cd, job, res, None)
                     results[(res["student"], res["assignment"])] = res
         skipped = len(results)
