@@ -8,6 +8,7 @@ corpus of test_hostile.py is graded through it on such machines).
 from __future__ import annotations
 
 import json
+import platform
 import os
 import socket
 import threading
@@ -236,3 +237,119 @@ def test_grading_child_sweeps_what_a_kernel_detached(tmp_path):
         found = json.loads(fh.read())
     os.waitpid(pid, 0)
     assert found == {"swept": 1, "alive": False}, found
+
+
+def test_sweep_kills_a_deep_chain_and_a_forking_loop(tmp_path):
+    """A 40-deep chain of processes, each in its own session and alive (the old 20-round sweep
+    of direct children left half of it running), beside one that forks a new child every
+    millisecond: none is alive after the sweep."""
+    from memlab.autograde.batch.processes import _set_subreaper, _sweep_descendants
+
+    depth, pids = 40, tmp_path / "pids"
+    pids.mkdir()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the grading child
+        _set_subreaper()
+        if os.fork() == 0:  # the chain
+            for _ in range(depth):
+                if os.fork() != 0:
+                    break      # this link stays alive, its child goes one level deeper
+                os.setsid()
+            (pids / f"chain-{os.getpid()}").write_text("")  # every link, once alive
+            time.sleep(300)
+            os._exit(0)
+        if os.fork() == 0:  # the forking loop
+            (pids / f"loop-{os.getpid()}").write_text("")
+            while True:
+                if os.fork() == 0:
+                    time.sleep(300)
+                    os._exit(0)
+                time.sleep(0.001)
+        for _ in range(500):
+            if len(list(pids.iterdir())) >= depth + 2:
+                break
+            time.sleep(0.02)
+        from memlab.autograde.batch.processes import _descendants, _process_table
+
+        before = len(_descendants(os.getpid(), _process_table()))
+        swept = _sweep_descendants()
+        left = len(_descendants(os.getpid(), _process_table()))
+        os.write(w, json.dumps({"before": before, "swept": swept, "left": left}).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        found = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    assert found["before"] > depth and found["swept"] >= found["before"], found
+    assert found["left"] == 0, found
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="no seccomp table here")
+def test_seal_refuses_unix_sockets_and_makes_chmod_a_no_op(tmp_path):
+    """What Landlock does not govern: after :func:`confine.seal`, no Unix socket (in any
+    thread, nor in a child), a file's mode and times stay as they were (chmod and utime report
+    success: shutil.copy still works), no extended attribute is set; TCP sockets and socket
+    pairs still work."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    os.chmod(victim, 0o600)
+    before = victim.stat()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = {}
+        try:
+            confine.seal()
+            for name, fam in (("unix", socket.AF_UNIX), ("inet", socket.AF_INET)):
+                try:
+                    socket.socket(fam).close()
+                    out[name] = "created"
+                except OSError as exc:
+                    out[name] = exc.errno
+            seen = []
+            th = threading.Thread(target=lambda: seen.append(_try_unix()))
+            th.start()
+            th.join()
+            out["thread"] = seen[0]
+            probe = ("import socket\ntry:\n socket.socket(socket.AF_UNIX)\n print('created')\n"
+                     "except OSError as e:\n print(e.errno)")
+            out["child"] = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                          text=True).stdout.strip()
+            socket.socketpair()
+            os.chmod(victim, 0o777)
+            os.utime(victim, (0, 0))
+            shutil.copy(victim, tmp_path / "copy")
+            try:
+                os.setxattr(victim, "user.memlab", b"1")
+                out["xattr"] = "set"
+            except OSError as exc:
+                out["xattr"] = exc.errno
+        except BaseException as exc:  # noqa: BLE001  reported to the test
+            out["error"] = repr(exc)
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        out = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    assert out == {"unix": 13, "inet": "created", "thread": 13, "child": "13", "xattr": 13}, out
+    after = victim.stat()
+    assert (after.st_mode, after.st_mtime) == (before.st_mode, before.st_mtime)
+    assert (tmp_path / "copy").read_text() == "x"
+
+
+def _try_unix():
+    import socket
+
+    try:
+        socket.socket(socket.AF_UNIX).close()
+        return "created"
+    except OSError as exc:
+        return exc.errno

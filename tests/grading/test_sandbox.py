@@ -87,7 +87,9 @@ def test_kernel_is_confined(tmp_path):
     assert out["grader_visible"] is False and out["pid"] < 10, out
     assert out["seen"] == {p: p.endswith("__init__.py") for p in paths}, out["seen"]
     assert out["writes"] == {p: p in (writes[0], writes[1]) for p in writes}, out["writes"]
-    assert (folder / "mine.txt").read_text() == "x" and out["cwd"] == sandbox.INSIDE
+    # written in the kernel's own run folder (a copy), never in the notebook's folder, which
+    # nbgrader writes and copies from unsandboxed
+    assert not (folder / "mine.txt").exists() and out["cwd"] == sandbox.INSIDE
     assert nb.cells[3].outputs[0]["text"] == "True\n", "/tmp is a view of the folder"
     assert not (folder / sandbox.KERNEL_DIR).exists(), "the kernel's folder is removed at cleanup"
     assert not (ROOT / "src" / "memlab" / "x.py").exists()

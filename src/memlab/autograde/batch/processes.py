@@ -140,36 +140,67 @@ def _set_subreaper() -> None:
         pass
 
 
-def _sweep_descendants(rounds: int = 20) -> int:
-    """Kill every process still parented to this one (kernels and re-runs are done; what is
-    left was detached by learner code and reparented here, the subreaper); returns how many."""
-    me, killed = str(os.getpid()), 0
-    for _ in range(rounds):
-        found = []
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    stat = fh.read().decode(errors="replace")
-                if stat[stat.rindex(")") + 2:].split()[1] == me:
-                    found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
+def _process_table() -> dict[int, tuple[int, str]]:
+    """{pid: (parent pid, state letter)} of every process in /proc."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+            state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+            table[int(entry)] = (int(ppid), state)
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def _descendants(root: int, table: dict[int, tuple[int, str]]) -> list[int]:
+    """Every living process below ``root`` in ``table``, however deep (zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _state) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if table[pid][1] != "Z":
+            found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _sweep_descendants(limit_s: float = 30.0) -> int:
+    """Kill every process still below this one (kernels and re-runs are done; what is left was
+    detached by learner code and reparented here, the subreaper): the whole tree at once,
+    however deep, again until none is left (a process that forked between two looks is caught
+    on the next), for at most ``limit_s`` seconds. Returns how many were killed."""
+    me, killed = os.getpid(), set()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        found = _descendants(me, _process_table())
         if not found:
             break
         for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed.add(pid)
             except OSError:
                 pass
-        for pid in found:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-    return killed
+        _reap()
+        time.sleep(0.01)
+    _reap()
+    return len(killed)
 
 
 def _preload() -> None:
@@ -485,6 +516,8 @@ class _WarmKernels:
 
             try:
                 confine.confine(orders["confine"], keep_fds=(report_fd,) if verdict_run else ())
+                if verdict_run:  # a kernel seals itself once its own sockets are bound
+                    confine.seal()
             except Exception as exc:  # never run learner code unconfined
                 os.write(2, f"grader: the sandbox could not be set up ({type(exc).__name__}: {exc})\n".encode())
                 return cls.CONFINE_FAILED
@@ -502,7 +535,7 @@ class _WarmKernels:
         else:
             from memlab.autograde.security import kernel
 
-            kernel.main(argv[len(cls.prefix()):])
+            kernel.main(argv[len(cls.prefix()):], seal=bool(orders.get("confine")))
         return 0
 
     @classmethod

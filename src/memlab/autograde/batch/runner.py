@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -84,6 +85,54 @@ def _scan(nb_path: Path) -> dict:
                 "stderr": _first_line(stderr, 100) if stderr.strip() else "",
             }
     return {"tests": tests, "events": events, "reviews": reviews, "guards": sorted(set(guards))}
+
+
+def _seal(folder: Path) -> list[str]:
+    """Remove from ``folder`` (not following links) everything that is neither a regular file
+    nor a folder: links, sockets, FIFOs, devices. Returns their paths relative to ``folder``.
+    Run on nbgrader's autograded folder before any unsandboxed step reads it (feedback,
+    the scan, the copy into the result)."""
+    removed: list[str] = []
+    if not folder.is_dir() or folder.is_symlink():
+        return removed
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                continue
+            os.unlink(path)
+            if name in dirs:
+                dirs.remove(name)
+            removed.append(os.path.relpath(path, folder))
+    return sorted(removed)
+
+
+def _sanitize_autograded(autograded: Path, release_dir: Path) -> int:
+    """Clean every autograded notebook (:mod:`memlab.autograde.security.sanitize`) before the
+    feedback and formgrader render it; the release's own markdown stays as written."""
+    import nbformat
+
+    from memlab.autograde.security.sanitize import sanitize_notebook
+
+    course_text: set[str] = set()
+    for rel in release_dir.rglob("*.ipynb"):
+        try:
+            course_text |= {c.source for c in nbformat.read(str(rel), as_version=4).cells
+                            if c.cell_type in ("markdown", "raw")}
+        except Exception:  # the course's own file, unreadable: nothing to keep then
+            continue
+    changed = 0
+    for nb_path in sorted(autograded.glob("*.ipynb")):
+        nb = nbformat.read(str(nb_path), as_version=4)
+        n = sanitize_notebook(nb, course_text)
+        if n:
+            nbformat.write(nb, str(nb_path))
+            changed += n
+    return changed
 
 
 def _db_fingerprint(db_path: str) -> tuple:
@@ -227,7 +276,7 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     if mode == "landlock" and not (confined_manager and launch):
         raise RuntimeError("the Landlock sandbox needs the warm grading process")
     if mode == "landlock":
-        # Kernel forked warm, confined by itself to the notebook's folder before it starts
+        # Kernel forked warm, confined by itself to its run folder before it starts
         # (memlab.autograde.security.landlock); never started unconfined.
         overrides["Execute"]["kernel_manager_class"] = confined_manager
     elif mode == "bwrap":
@@ -238,6 +287,9 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
                                              "wall_seconds": float(s.get("submission_timeout") or 0)}
     elif s.get("warm", True) and kernel_manager:
         overrides["Execute"]["kernel_manager_class"] = kernel_manager
+    if mode:  # each sandboxed kernel runs in its own copy under run/, never in nbgrader's folders
+        (jobdir / "run").mkdir()
+        overrides.setdefault("SandboxKernelManager", {})["run_root"] = str(jobdir / "run")
     for section, values in (s.get("config_overrides") or {}).items():
         overrides.setdefault(section, {}).update(values)
     api = course.make_api(config, overrides=overrides)
@@ -273,7 +325,12 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     from memlab.autograde.security.bwrap import KERNEL_DIR
 
     shutil.rmtree(autograded / KERNEL_DIR, ignore_errors=True)  # sockets, HOME, /tmp of the kernel
+    planted = _seal(autograded)
+    if planted:
+        reasons.append(f"{len(planted)} link(s) or special file(s) found in the graded folder "
+                       f"({_first_line(', '.join(planted), 80)}): removed, never followed")
     if status == "ok":
+        _sanitize_autograded(autograded, release_dir)
         t_fb = time.monotonic()
         fb = api.generate_feedback(assignment, student, force=True)
         timings["feedback"] = round(time.monotonic() - t_fb, 2)
@@ -309,7 +366,9 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
         for step, folder in (("autograded", autograded), ("feedback", feedback)):
             if folder.is_dir():
                 for name, data in _read_tree(folder).items():
-                    if len(data) <= MAX_RESULT_FILE_BYTES:
+                    # feedback is the HTML of each notebook, nothing else of the job's folder
+                    if len(data) <= MAX_RESULT_FILE_BYTES and (
+                            step == "autograded" or ("/" not in name and name.endswith(".html"))):
                         files[f"{step}/{name}"] = data
     return {"student": student, "assignment": assignment, "status": status, "reasons": reasons,
             "grades": grades, "penalties": penalties, "scans": scans, "files": files,

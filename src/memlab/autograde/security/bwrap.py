@@ -11,8 +11,10 @@ What a sandboxed kernel gets (see :func:`bwrap_argv`):
   session (no TIOCSTI into the grader's terminal);
 * a read-only view of the system (``/usr`` and the merged-usr links, a short list of
   ``/etc`` files, ``/sys/devices/system/cpu`` for torch's cpuinfo), of the Python installation
-  and of the venv, and **exactly one writable folder**: the folder the kernel runs in (nbgrader's
-  autograded copy of this one submission), shown at :data:`INSIDE` (``/submission``), so its
+  and of the venv, and **exactly one writable folder**: the folder the kernel runs in (a private
+  copy of nbgrader's autograded folder of this one submission, :func:`private_run_folder`:
+  nbgrader's own folder, which it writes and copies from unsandboxed, stays out of reach),
+  shown at :data:`INSIDE` (``/submission``), so its
   real path, which names the grader's folders, is not visible either. ``/tmp`` is a view of a
   subfolder of it;
   ``$HOME``, the IPython profile and matplotlib's cache live in it too;
@@ -45,6 +47,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -265,12 +268,40 @@ def _seed_matplotlib_cache(mpl_dir: str) -> None:
         pass
 
 
+def private_run_folder(src: str, root: str | None = None) -> str:
+    """A new folder (under ``root``, else the temporary folder) holding a copy of the regular
+    files and folders of ``src`` (links, sockets, FIFOs and devices skipped; nothing followed):
+    the only folder a learner kernel can write. Its path."""
+    dest = tempfile.mkdtemp(prefix="run-", dir=root)
+    for top, dirs, files in os.walk(src, followlinks=False):
+        rel = os.path.relpath(top, src)
+        dirs[:] = [d for d in dirs if d not in (KERNEL_DIR, ".ipynb_checkpoints")
+                   and not os.path.islink(os.path.join(top, d))]
+        for d in dirs:
+            os.makedirs(os.path.join(dest, rel, d), exist_ok=True)
+        for name in files:
+            path = os.path.join(top, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+            except OSError:  # a link (O_NOFOLLOW), or gone
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                with open(os.path.join(dest, rel, name), "xb") as out:
+                    shutil.copyfileobj(fh, out)
+    return dest
+
+
 class SandboxKernelManager(AsyncKernelManager):
     """A jupyter_client kernel manager that starts its kernel inside bubblewrap.
 
-    Set as ``Execute.kernel_manager_class`` (nbgrader's autograde). Its connection file and IPC
-    sockets live in ``<cwd>/.kernel/`` (cwd = the notebook's folder, nbgrader's autograded copy
-    of one submission), the only folder the kernel can write. Without bwrap it starts the
+    Set as ``Execute.kernel_manager_class`` (nbgrader's autograde). The kernel runs in its own
+    run folder, a copy of the notebook's folder made by :func:`private_run_folder` (under
+    ``run_root``), never in nbgrader's autograded folder itself: nbgrader writes the executed
+    notebook there and generate_feedback copies from it, both unsandboxed. The run folder is
+    the only one the kernel can write; its connection file and IPC sockets live in
+    ``<run folder>/.kernel/``. Without bwrap it starts the
     kernel unsandboxed (after :func:`warn_unsandboxed`), over the same IPC transport."""
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
@@ -279,8 +310,16 @@ class SandboxKernelManager(AsyncKernelManager):
                                    "seconds; 0: no limit.").tag(config=True)
     sandbox_state = Unicode("")  # "bwrap" or "unsandboxed (why)" once started
 
+    run_root = Unicode("", help="Folder under which each kernel gets its own run folder (see "
+                       "private_run_folder); empty: a new temporary folder.").tag(config=True)
+
     async def _async_pre_start_kernel(self, **kw):
-        cwd = os.path.realpath(kw.get("cwd") or os.getcwd())
+        # The kernel runs in a COPY of the notebook's folder, never in it: nbgrader writes the
+        # autograded notebook into that folder and generate_feedback copies from it, both
+        # unsandboxed, so learner code must not be able to plant a link or swap a file there.
+        src = os.path.realpath(kw.get("cwd") or os.getcwd())
+        cwd = private_run_folder(src, self.run_root or None)
+        self._run_folder = cwd
         kw["cwd"] = cwd
         kdir = os.path.join(cwd, KERNEL_DIR)
         os.makedirs(kdir, exist_ok=True)
@@ -321,10 +360,9 @@ class SandboxKernelManager(AsyncKernelManager):
         link = getattr(self, "_short_link", None)
         if link and not restart and os.path.islink(link):
             os.unlink(link)
-        if not restart and getattr(self, "_sandbox_cwd", None):
-            # sockets, HOME and /tmp of the kernel (with links that only resolve inside): gone
-            # before nbgrader walks the folder
-            shutil.rmtree(os.path.join(self._sandbox_cwd, KERNEL_DIR), ignore_errors=True)
+        if not restart and getattr(self, "_run_folder", None):
+            # the kernel's copy, its sockets, HOME and /tmp: nothing in it is read by the grader
+            shutil.rmtree(self._run_folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,10 @@ Before the IPython kernel starts, in its own process:
   again (a warm fork inherits ``sys.path``), IPython is told not to add it
   (``IPKernelApp.ignore_cwd``), and ``PYTHONSAFEPATH=1`` reaches every process the learner
   starts: a ``spellchecker.py`` or ``memlab/`` shipped beside the notebook is never imported
-  in place of the real one.
+  in place of the real one;
+* in the Landlock sandbox, once its own sockets are bound, no Unix socket can be created and
+  no file's mode, owner or times changed (Landlock governs neither; the bubblewrap sandbox
+  shows no path outside at all).
 
 The kernelspec that runs this is written by :func:`write_kernelspec` into a temporary
 Jupyter data folder of the grading run (never into the user's Jupyter folders).
@@ -78,7 +81,10 @@ def _limit(which: int, value: int) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, seal: bool = False) -> None:
+    """Start the limited kernel. ``seal`` (the Landlock sandbox): once the kernel has bound its
+    own sockets, and before any cell runs, no Unix socket can be created and no file's mode,
+    owner or times changed (:func:`memlab.autograde.security.landlock.seal`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     course_only_path()
     memory_mb = cpu_s = 0
@@ -96,10 +102,21 @@ def main(argv: list[str] | None = None) -> None:
         _limit(resource.RLIMIT_CPU, cpu_s)
     import memlab.grading  # noqa: F401  captures the originals before learner code runs
 
-    import runpy
-
     sys.argv = ["ipykernel_launcher", "--IPKernelApp.ignore_cwd=True", *argv]
-    runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+    if not seal:
+        import runpy
+
+        runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+        return
+    # what ipykernel_launcher does (IPKernelApp.launch_instance), with the seal in between
+    from ipykernel.kernelapp import IPKernelApp
+
+    from memlab.autograde.security import landlock
+
+    app = IPKernelApp.instance()
+    app.initialize(sys.argv[1:])
+    landlock.seal()
+    app.start()
 
 
 def write_kernelspec(data_dir: str | Path, memory_mb: int = 0, cpu_s: int = 0) -> Path:

@@ -51,7 +51,7 @@ import os
 import sys
 from typing import Iterable
 
-__all__ = ["available", "confine", "confined_env", "MIN_ABI", "read_only_paths"]
+__all__ = ["available", "confine", "confined_env", "seal", "MIN_ABI", "read_only_paths"]
 
 MIN_ABI = 6  # signal and abstract-socket scoping: without them a confined process could signal the grader
 
@@ -241,6 +241,92 @@ def confine(folder: str | os.PathLike, *, keep_fds: Iterable[int] = ()) -> None:
         rules.allow_path("/dev/null", fs.READ_FILE | fs.WRITE_FILE)
         rules.allow_path(folder, ll.fs_for_abi(abi))
         rules.restrict()  # sets no_new_privs first
+
+
+# seccomp (https://docs.kernel.org/userspace-api/seccomp_filter.html): per architecture, its
+# AUDIT_ARCH value and system call numbers (Linux's syscall tables)
+_SECCOMP = {
+    "x86_64": {"arch": 0xC000003E, "seccomp": 317, "socket": 41, "x32": True,
+               # chmod, fchmod, chown, fchown, lchown, utime, utimes, futimesat, fchownat,
+               # fchmodat, utimensat, fchmodat2
+               "noop": (90, 91, 92, 93, 94, 132, 235, 261, 260, 268, 280, 452),
+               # io_uring_setup; setxattr, lsetxattr, fsetxattr, removexattr, lremovexattr,
+               # fremovexattr, setxattrat, removexattrat
+               "deny": (425, 188, 189, 190, 197, 198, 199, 463, 466)},
+    "aarch64": {"arch": 0xC00000B7, "seccomp": 277, "socket": 198, "x32": False,
+                # fchmod, fchmodat, fchownat, fchown, utimensat, fchmodat2
+                "noop": (52, 53, 54, 55, 88, 452),
+                "deny": (425, 5, 6, 7, 14, 15, 16, 463, 466)},
+}
+
+
+def _filter_program(t: dict) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF program of :func:`seal` for one architecture's table ``t``."""
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000                # SECCOMP_RET_ALLOW, _KILL_PROCESS
+    eacces, noop = 0x00050000 | 13, 0x00050000          # SECCOMP_RET_ERRNO | errno (0: success)
+    body: list = [(ld_w_abs, 0, 0, 4), (jeq_k, 1, 0, t["arch"]), (ret_k, 0, 0, kill),
+                  (ld_w_abs, 0, 0, 0)]
+    if t["x32"]:
+        body.append((jge_k, "DENY", 0, 0x40000000))     # the x32 ABI's numbers: refused
+    body += [(jeq_k, "NOOP", 0, nr) for nr in t["noop"]]
+    body += [(jeq_k, "DENY", 0, nr) for nr in t["deny"]]
+    body += [(jeq_k, 0, "ALLOW", t["socket"]),
+             (ld_w_abs, 0, 0, 16),                       # low 32 bits of args[0]: the family
+             (jeq_k, "DENY", 0, 1)]                      # AF_UNIX
+    labels = {"ALLOW": len(body), "DENY": len(body) + 1, "NOOP": len(body) + 2}
+    body += [(ret_k, 0, 0, allow), (ret_k, 0, 0, eacces), (ret_k, 0, 0, noop)]
+    prog = []
+    for i, (code, jt, jf, k) in enumerate(body):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        prog.append((code, jt, jf, k))
+    return prog
+
+
+def seal() -> None:
+    """From now on no thread of this process, nor anything it starts, can:
+
+    * create a Unix socket (``socket(AF_UNIX, ...)`` fails with EACCES) or an io_uring (which
+      could create one without that system call): Landlock (ABI 7) governs opening files, not
+      connecting to a pathname socket, so a confined process could reach a server listening
+      at any path outside its folder (the bubblewrap sandbox shows no such path at all). A
+      socket pair (``socketpair``) stays possible: it reaches nothing outside;
+    * change a file's mode, owner or times (chmod, chown, utime and their relatives do nothing
+      and report success, so ``shutil.copy`` still works), nor its extended attributes
+      (EACCES): Landlock does not govern these either, and the grader's files belong to the
+      grader's user, so a confined kernel could ``chmod 000`` the gradebook or make the
+      solutions readable to everyone.
+
+    A seccomp filter on every thread (``SECCOMP_FILTER_FLAG_TSYNC``), applied after the process
+    has bound its own sockets (the kernel's ZeroMQ sockets, at start) and before any learner
+    code runs. Raises OSError where it cannot be applied (an architecture not in the table):
+    the caller must then not run learner code."""
+    import ctypes
+    import platform
+    import struct
+
+    table = _SECCOMP.get(platform.machine())
+    if table is None:
+        raise OSError(f"no seccomp filter for the {platform.machine()} architecture")
+    prog = _filter_program(table)
+    raw = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class SockFprog(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(prog), ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS (Landlock set it already)
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(table["seccomp"]), ctypes.c_uint(1), ctypes.c_uint(1),
+                    ctypes.byref(fprog)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp: {os.strerror(err)}")
 
 
 def confined_env(folder: str | os.PathLike, src_env: dict | None = None) -> dict[str, str]:
