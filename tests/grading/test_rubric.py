@@ -1380,3 +1380,45 @@ def test_the_model_answer_says_what_stays_fp32():
     answer = rb.get_rubric("oom_before_batch").model_answer
     assert "fp32 weights and optimizer state stay" in answer
     assert "activations and gradients" not in answer
+
+
+# ------------------------------------------- every sentence accounted for (issue 32)
+_CORE = {
+    "accumulation_equivalence":
+        "Gradients add up across backward calls, so summing the gradients of micro-batches whose "
+        "losses are each divided by the number of micro-batches gives the mean over the whole "
+        "batch, the same gradient as one big batch. ",
+    "fp16_loss_scaling":
+        "fp16 has only 5 exponent bits, so small gradients underflow to zero. Multiplying the "
+        "loss by a large factor scales every gradient into range, and they are unscaled before "
+        "the optimizer step. bf16 keeps fp32's 8 exponent bits, so it needs no scaler. ",
+}
+
+
+@pytest.mark.parametrize("rid, claim", [
+    ("fp16_loss_scaling", "Loss scaling also halves the optimizer state in memory."),
+    ("accumulation_equivalence", "Accumulation also shards the parameters across 4 GPUs."),
+])
+def test_a_technical_claim_no_pattern_checked_makes_the_score_provisional(rid, claim):
+    """A right core plus one sentence the grader cannot check: the score stands provisionally,
+    the learner sees the sentence quoted, and the instructor's review reason names it."""
+    r = grade_text(_CORE[rid] + claim, rid)
+    assert r.needs_review, r.report()
+    assert f'I could not check this claim: "{claim}"' in r.report()
+    assert "technical claim the grader could not check" in r.review_reason
+    # without the extra sentence the same core is decided, with no such line
+    core = grade_text(_CORE[rid], rid)
+    assert "could not check" not in core.report(), core.report()
+
+
+@pytest.mark.parametrize("rid", sorted(RUBRICS))
+def test_model_answers_leave_no_sentence_unchecked(rid):
+    r = grade_text(RUBRICS[rid].model_answer, rid)
+    assert "could not check" not in r.report(), r.report()
+
+
+def test_a_transition_or_a_hedge_is_not_a_claim():
+    from memlab.grading.answers.concepts import _technical_claim
+    assert not _technical_claim("that is the short answer")
+    assert not _technical_claim("memory matters here")
+    assert _technical_claim("bf16 halves the optimizer state")

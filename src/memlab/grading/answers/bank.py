@@ -385,6 +385,7 @@ FP16_LOSS_SCALING = Rubric(
             rf"(?:can not|unable to|not able to|fails? to) {G(1)}(?:represent|store|express|"
             rf"hold) {G(3)}(?:small|tiny|little)",
             rf"range {G(3)}(?:is|being) {G(2)}(?:narrow|small|limited|restricted)",
+            rf"fp16 {G(5)}(?:dynamic )?range ,? ?not {G(2)}precision",
             rf"fp16 {G(4)}narrow\w*", rf"narrow\w* {G(3)}fp16",
             rf"exponent {G(3)}(?:is|being) {G(2)}(?:narrow|small|limited|short)",
             rf"(?:smallest|minimum|min) {G(3)}(?:representable|positive|subnormal|normal|value|"

@@ -599,6 +599,26 @@ def _verdict(mentions: list[_Mention]) -> _Mention | None:
     return None
 
 
+# What makes a sentence a technical claim (issue 32): it names a memory consumer, a technique,
+# a dtype or a unit, gives a number, or moves a quantity. Matched on the normalised sentence.
+_CLAIM = re.compile(
+    r"\b(?:param\w*|weights?|grad\w*|optimi[sz]\w*|adam\w*|moments?|states?|activations?|"
+    r"checkpoint\w*|recomput\w*|autocast|precision|fp16|bf16|fp32|float\w*|half|"
+    r"accumulat\w*|micro\w*|batch\w*|shard\w*|fsdp|zero|ddp|offload\w*|cache\w*|kv|"
+    r"allocat\w*|reserv\w*|fragment\w*|memory|bytes?|gb|gib|mb|mib|"
+    r"halv\w*|doubl\w*|grow\w*|shrink\w*|increas\w*|decreas\w*|reduc\w*|cuts?|saves?|"
+    r"linear\w*|quadratic\w*|constant|faster|slower|exact\w*|equal|identical|"
+    r"\d+(?:\.\d+)?x?)\b")
+
+
+def _technical_claim(sentence: str) -> bool:
+    """Whether a (normalised, graded) sentence makes a claim about memory or a technique: it
+    has at least four words and names at least two of the things :data:`_CLAIM` lists (one
+    word alone, "memory", is a hedge or a transition)."""
+    words = [w for w in sentence.split() if _is_word(w)]
+    return len(words) >= 4 and len(_CLAIM.findall(sentence)) >= 2
+
+
 def _quote(sentence: str, limit: int = 160) -> str:
     s = " ".join(sentence.split())
     return f"\"{s if len(s) <= limit else s[:limit - 3] + '...'}\""
@@ -691,8 +711,10 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     concept_lines: list[str] = []
     absent: list[tuple[str, str]] = []
     claimed: list[tuple[int, int, int]] = []   # the words that already earned a concept
+    accounted: set[int] = set()                # sentences a concept or misconception matched
     for c in rb.concepts:
         mentions = _mentions(c._compiled, graded, raw_kept, c.negatable, False)  # type: ignore[attr-defined]
+        accounted |= {m.span[0] for m in mentions}
         # one phrase earns one idea: "an extra forward pass" is the recomputation, not also
         # its cost and its size
         fresh = [m for m in mentions if m.polarity == "assert"
@@ -728,6 +750,7 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     mis_lines: list[str] = []
     for mc in rb.misconceptions:
         mentions = _mentions(mc._compiled, graded, raw_kept, True, True)  # type: ignore[attr-defined]
+        accounted |= {m.span[0] for m in mentions}
         v = _verdict(mentions)
         if v is None:
             continue
@@ -754,6 +777,16 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
             lines.append(f"missing: {name}" + (f" - {hint}" if hint else ""))
     lines += mis_lines
 
+    # every sentence accounted for: one that makes a technical claim no concept or misconception
+    # matched is one the grader cannot vouch for, so a score that rests on the others is
+    # provisional (a person reads it); the learner sees which sentence
+    unchecked = [raw_kept[k] for k in range(len(graded))
+                 if k not in accounted and _technical_claim(graded[k])]
+    if unchecked and score > rb.review_band[0]:
+        for sentence in unchecked[:2]:
+            lines.append(f"I could not check this claim: {_quote(sentence)} (your instructor will)")
+        reasons.append(f"{len(unchecked)} sentence(s) with a technical claim the grader could "
+                       f"not check, e.g. {_quote(unchecked[0], 100)}")
     lo, hi = rb.review_band
     if wrong and concept_score >= 0.6:
         reasons.append("a misconception next to strong concepts")
