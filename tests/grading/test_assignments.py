@@ -157,4 +157,4 @@ def test_every_dotted_hook_string_names_its_defining_module():
                 f"{fn.__module__}: name the module that defines it")
             found.append(f"{module}:{name}")
     assert "memlab.autograde.batch.runner:limited_kernelspec" in found
-    assert "memlab.autograde.review:interview_audit" in found
+    assert "memlab.autograde.review:answers_audit" in found

@@ -462,7 +462,7 @@ def test_review_command_reads_the_course_layout(source, tmp_path, capsys):
     assert "q2  [audit]" in capsys.readouterr().out
 
 
-def test_grade_class_report_gets_the_interview_audit(source, tmp_path):
+def test_grade_class_report_gets_the_answers_audit(source, tmp_path):
     """grade-class's class report lists the clean regrade's disagreements: 07's report hook in
     the registry of assignments runs on 07's submissions only (another assignment's result
     costs nothing and adds nothing)."""
@@ -544,3 +544,91 @@ def test_answer_cell_examples_are_never_the_key(source, keys):
         result = iv.grade(q, value, keys[q])
         assert result.score == 0, f"{gid}: the example {value!r} scores {result.score}"
     assert seen >= 20
+
+
+# ------------------------------------- 01-06: written answers re-graded outside the kernel
+def _written(name: str):
+    """(source notebook, the test cell that grades its written answer, that answer's cell)."""
+    src = json.loads((ROOT / "solutions" / name / f"{name}.ipynb").read_text())
+    tests = [c for c in src["cells"] if c["metadata"].get("nbgrader", {}).get("grade")
+             and rv._RUBRIC_CALL.search("".join(c["source"]))]
+    return src, tests
+
+
+def _autograded_written(src, answer_source: dict, shown: dict):
+    """src as nbgrader leaves it: the given answer cells' sources, each written-answer test
+    cell showing ``shown[grade_id]`` points."""
+    nb = copy.deepcopy(src)
+    for cell in nb["cells"]:
+        m = cell["metadata"].get("nbgrader", {})
+        if m.get("grade_id") in answer_source:
+            cell["source"] = answer_source[m["grade_id"]]
+        if m.get("grade_id") in shown:
+            cell["outputs"] = [{"output_type": "execute_result", "execution_count": 1,
+                                "metadata": {}, "data": {"text/plain": repr(shown[m["grade_id"]])}}]
+    return nb
+
+
+@pytest.mark.parametrize("name", ["01_where_memory_goes", "02_checkpointing", "03_mixed_precision",
+                                  "04_accumulation", "05_oom_clinic", "06_sharding"])
+def test_every_written_answer_is_regraded_and_the_solution_is_quiet(name):
+    """Each of 01-06 has a written answer the clean regrade re-runs (its report hook is in the
+    registry); the solution's own answers, shown at full marks, raise nothing."""
+    from memlab.grading.assignments import ASSIGNMENTS
+
+    assert "memlab.autograde.review:answers_audit" in ASSIGNMENTS[name].report_hooks
+    src, tests = _written(name)
+    assert tests, f"{name}: no written-answer test cell found"
+    nb = _autograded_written(src, {}, {c["metadata"]["nbgrader"]["grade_id"]:
+                                       float(c["metadata"]["nbgrader"]["points"]) for c in tests})
+    items = rv.review_notebook(nb, src)
+    # the solution is the rubric's model answer, so "pasted from the model answer" is its due
+    assert [i for i in items if i.source != "regrade"] == []
+    for item in items:
+        assert "pasted from the course's model answer" in item.reason, item
+        assert "could not check" not in item.reason, item
+
+
+def test_a_written_answer_the_kernel_overgraded_is_listed_with_the_clean_score():
+    """05: the notebook shows 2 of 2 for a one-line answer (learner code changed the grading in
+    the kernel); the regrade outside it gives what the answer earns and lists the difference."""
+    src, (test,) = _written("05_oom_clinic")
+    gid = test["metadata"]["nbgrader"]["grade_id"]
+    nb = _autograded_written(src, {"oom_answer": 'OOM_ANSWER = "Use a smaller batch."'}, {gid: 2.0})
+    items = {i.question: i for i in rv.review_notebook(nb, src)}
+    assert items[gid].source == "audit" and "the notebook shows 2 points" in items[gid].reason
+    assert "clean regrade outside the kernel gives 0" in items[gid].reason
+
+
+def test_a_written_answer_cell_that_runs_code_is_not_trusted():
+    src, (test,) = _written("03_mixed_precision")
+    gid = test["metadata"]["nbgrader"]["grade_id"]
+    answer_gid = next(c["metadata"]["nbgrader"]["grade_id"] for c in src["cells"]
+                      if c["metadata"].get("nbgrader", {}).get("solution")
+                      and "LOSS_SCALING_ANSWER" in "".join(c["source"]))
+    cheat = ("ml.rubric.grade_text = lambda *a: ml.rubric.Result(1.0)\n"
+             "LOSS_SCALING_ANSWER = 'x'")
+    nb = _autograded_written(src, {answer_gid: cheat}, {gid: 2.0})
+    (item,) = [i for i in rv.review_notebook(nb, src) if i.question == gid]
+    assert item.source == "audit" and "runs code the audit does not run" in item.reason
+
+
+def test_a_format_width_bomb_is_not_evaluated():
+    nb = {"cells": [{"cell_type": "code", "source": 'answer_q1 = f"{1:999999999}"',
+                     "metadata": {"nbgrader": {"grade": False, "solution": True,
+                                               "grade_id": "answer_q1"}}}]}
+    values, unsafe = rv.answer_values(nb)
+    assert "wide format" in unsafe["answer_q1"] and not values
+
+
+def test_a_regrade_never_reloads_the_graders_modules():
+    """04's test cell reloads memlab.rubric in the learner's kernel; the clean regrade runs in
+    the grader's process, where a reload would replace the classes every other module holds."""
+    from memlab.grading.answers import grade as g
+
+    before = g.Rubric
+    src, (test,) = _written("04_accumulation")
+    gid = test["metadata"]["nbgrader"]["grade_id"]
+    nb = _autograded_written(src, {}, {gid: 2.0})
+    assert [i for i in rv.review_notebook(nb, src) if i.source == "audit"] == []
+    assert g.Rubric is before

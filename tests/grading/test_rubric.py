@@ -1397,7 +1397,7 @@ _CORE = {
 
 @pytest.mark.parametrize("rid, claim", [
     ("fp16_loss_scaling", "Loss scaling also halves the optimizer state in memory."),
-    ("accumulation_equivalence", "Accumulation also shards the parameters across 4 GPUs."),
+    ("accumulation_equivalence", "Accumulation also halves the memory of the parameters."),
 ])
 def test_a_technical_claim_no_pattern_checked_makes_the_score_provisional(rid, claim):
     """A right core plus one sentence the grader cannot check: the score stands provisionally,
@@ -1422,3 +1422,23 @@ def test_a_transition_or_a_hedge_is_not_a_claim():
     assert not _technical_claim("that is the short answer")
     assert not _technical_claim("memory matters here")
     assert _technical_claim("bf16 halves the optimizer state")
+
+
+def test_a_pattern_vouches_for_its_clause_not_the_whole_sentence():
+    """The second clause of a sentence whose first clause earned a concept is its own claim: a
+    decisive one (exactly as precise) that nothing matched is quoted for the instructor."""
+    core = _CORE["fp16_loss_scaling"].replace(
+        " bf16 keeps fp32's 8 exponent bits, so it needs no scaler. ", " ")
+    answer = core + "bf16 keeps fp32's 8 exponent bits, so it is exactly as precise as fp32."
+    r = grade_text(answer, "fp16_loss_scaling")
+    assert r.needs_review and "could not check this claim" in r.report(), r.report()
+
+
+@pytest.mark.parametrize("extra, flagged", [
+    ("A scale of 65536 is a common start.", False),          # a number the rubric states
+    ("A scale of 70000 is a common start.", False),          # within 15% of it
+    ("GradScaler starts the scale at 3.5.", True),           # a number the grader can not check
+])
+def test_a_number_the_rubric_does_not_know_is_a_claim(extra, flagged):
+    r = grade_text(_CORE["fp16_loss_scaling"] + extra, "fp16_loss_scaling")
+    assert ("could not check this claim" in r.report()) is flagged, r.report()

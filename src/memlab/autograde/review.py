@@ -1,9 +1,9 @@
-"""Assignment 07 "Interview prep", part 3 of 3: the instructor's review list.
+"""The instructor's review list of written answers (07 "Interview prep" and 01-06).
 
 What an instructor should read by hand: every ``NEEDS MANUAL REVIEW:`` line the graded test
 cells printed (:data:`memlab.grading.interview.bank.REVIEW_MARKER`, or a ``[needs review]``
 report head of ``ml.rubric``), the answers grade-class's static audit withheld, and a clean
-re-grade of every interview answer *outside* the learner's kernel: the answer cells' literal
+re-grade of every written answer *outside* the learner's kernel: the answer cells' literal
 values are evaluated without running them (:func:`answer_values`: literals, arithmetic,
 f-strings and a few pure functions, nothing else) and the *source* notebook's test cells
 (from solutions/) are run on them (:func:`_regrade`); any score that differs from the
@@ -24,15 +24,19 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import contextlib
+import importlib
 import io
 import json
 import math
 import re
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from memlab.grading.answers.result import REVIEW_HEAD
 from memlab.grading.interview.bank import REVIEW_MARKER
 
 __all__ = ["ReviewItem", "answer_values", "review_notebook", "find_reviews", "format_reviews",
@@ -62,7 +66,22 @@ class ReviewItem:
 
 
 _INTERVIEW_CALL = re.compile(r"ml\.interview\.grade\(\s*[\"'](q\d+)[\"']")
-_REPORT_HEAD = "[needs review]"
+# a written answer of 01-06: ``ml.rubric.grade_text(OOM_ANSWER, "oom_before_batch")`` (or the
+# hidden rubric a test cell builds): the answer is the first argument, a name
+_RUBRIC_CALL = re.compile(r"\bgrade_text\(\s*([A-Za-z_]\w*)\s*,")
+
+
+def _regradable(text: str, grade_id: str) -> tuple[str, str] | None:
+    """(question, answer variable) of a test cell that grades a written answer from its value
+    alone (07's ``ml.interview.grade("q9", ...)``, 01-06's ``grade_text(ANSWER, ...)``), else
+    None: such a cell can be re-run outside the kernel on the answer cells' literal values."""
+    call = _INTERVIEW_CALL.search(text)
+    if call:
+        return call.group(1), f"answer_{call.group(1)}"
+    call = _RUBRIC_CALL.search(text)
+    if call:
+        return grade_id, call.group(1)
+    return None
 
 
 def _meta(cell) -> dict:
@@ -88,8 +107,8 @@ def _marked_lines(text: str, grade_id: str) -> list[tuple[str, str]]:
             rest = line[len(REVIEW_MARKER):].strip()
             qid, _, reason = rest.partition(" ")
             found.append((qid, reason.strip()))
-        elif line.startswith(_REPORT_HEAD):          # ml.rubric's Result.report() head
-            found.append((grade_id, line[len(_REPORT_HEAD):].strip()))
+        elif line.startswith(REVIEW_HEAD):          # ml.rubric's Result.report() head
+            found.append((grade_id, line[len(REVIEW_HEAD):].strip()))
     return found
 
 
@@ -163,6 +182,8 @@ def _safe_eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
                     val = ev(v.value)
                     val = {115: str, 114: repr, 97: ascii}.get(v.conversion, lambda x: x)(val)
                     spec = ev(v.format_spec) if v.format_spec is not None else ""
+                    if re.search(r"\d{4,}", str(spec)):   # f"{x:999999999}": a width bomb
+                        raise _Unsafe("a very wide format")
                     parts.append(format(val, spec))
                 else:
                     raise _Unsafe("an unusual f-string")
@@ -243,12 +264,37 @@ def answer_values(nb) -> tuple[dict[str, Any], dict[str, str]]:
     return {k: v for k, v in env.items() if k not in unsafe}, unsafe
 
 
+class _NoReload(types.ModuleType):
+    """``importlib`` as a re-graded test cell sees it: 04's cell reloads ``memlab.rubric`` to
+    get "a fresh copy of the grader" in the learner's kernel; here no learner code ever ran,
+    and a reload would replace the classes every other module of this process holds."""
+
+    def __init__(self) -> None:
+        super().__init__("importlib")
+        self.import_module = importlib.import_module
+
+    @staticmethod
+    def reload(module):
+        return module
+
+
+def _audit_import(name, globals=None, locals=None, fromlist=(), level=0):
+    if name == "importlib" and not fromlist:
+        return _NoReload()
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+_AUDIT_BUILTINS = {**builtins.__dict__, "__import__": _audit_import}
+
+
 def _regrade(source: str, answers: Mapping[str, Any], max_points: float) -> tuple[float, str]:
     """Run an instructor-written test cell in a clean namespace holding only the answers;
     returns (points by nbgrader's rule, printed text)."""
     import memlab  # the cell's ``ml``: ``ml.interview`` loads the facade on first use
 
-    ns: dict[str, Any] = {"__name__": "__memlab_audit__", "ml": memlab, **answers}
+    ns: dict[str, Any] = {"__name__": "__memlab_audit__", "ml": memlab,
+                          "__builtins__": _AUDIT_BUILTINS,
+                          **answers}
     tree = ast.parse(source)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     out, err = io.StringIO(), io.StringIO()
@@ -276,9 +322,10 @@ def review_notebook(nb, source=None, *, student: str = "", assignment: str = "",
     """Review items of one autograded notebook (a path or a loaded notebook dict).
 
     Lists every review line the test cells printed. With ``source`` (the source notebook
-    from solutions/, a path or a dict), also re-grades each ``ml.interview.grade`` test cell
-    outside the kernel, from the answer cells' literal values and the *source's* test code
-    (learner code never runs), and reports disagreements and unevaluable answers.
+    from solutions/, a path or a dict), also re-grades each written-answer test cell (07's
+    ``ml.interview.grade``, 01-06's ``grade_text``; :func:`_regradable`) outside the kernel,
+    from the answer cells' literal values and the *source's* test code (learner code never
+    runs), and reports disagreements and unevaluable answers.
     """
     nb = _read_nb(nb)
     items: list[ReviewItem] = []
@@ -302,17 +349,19 @@ def review_notebook(nb, source=None, *, student: str = "", assignment: str = "",
     if source is None:
         return items
     src = _read_nb(source)
-    if not any(_INTERVIEW_CALL.search(_join(c.get("source", ""))) for c in src.get("cells", [])):
-        return items                     # not an interview notebook: nothing to re-grade
-    answers, unsafe = answer_values(nb)
+    regradable = []
     for cell in src.get("cells", []):
         m = _meta(cell)
+        q = _regradable(_join(cell.get("source", "")), m.get("grade_id", ""))
+        if m.get("grade") and not m.get("solution") and q:
+            regradable.append((cell, q))
+    if not regradable:
+        return items                     # no written answer to re-grade
+    answers, unsafe = answer_values(nb)
+    for cell, (qid, variable) in regradable:
+        m = _meta(cell)
         text = _join(cell.get("source", ""))
-        call = _INTERVIEW_CALL.search(text)
-        if not (m.get("grade") and not m.get("solution") and call):
-            continue
-        qid, gid, max_points = call.group(1), m["grade_id"], float(m.get("points", 0))
-        variable = f"answer_{qid}"
+        gid, max_points = m["grade_id"], float(m.get("points", 0))
         if variable in unsafe:
             add(qid, "audit", f"{variable}: {unsafe[variable]}; read the cell, the notebook's "
                               f"{_cell_points(cells[gid], max_points) if gid in cells else 0:g} "
@@ -400,11 +449,12 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def interview_audit(api, result: dict) -> list[str]:
-    """07's report hook (memlab.grading.assignments): review reasons of :func:`review_notebook`
-    (a clean regrade of the answers outside the kernel, from the source notebook's tests) for
-    each notebook of one graded submission. Items the grading already listed (the
-    ``NEEDS MANUAL REVIEW`` lines, the static audit) are not repeated."""
+def answers_audit(api, result: dict) -> list[str]:
+    """The report hook of every assignment with written answers (memlab.grading.assignments):
+    review reasons of :func:`review_notebook` (a clean regrade of the answers outside the
+    kernel, from the source notebook's tests) for each notebook of one graded submission.
+    Items the grading already listed (the review lines the kernel printed, which the scan of
+    :mod:`memlab.autograde.batch.runner` reads, and the static audit) are not repeated."""
     cd = api.coursedir
     student, assignment = result["student"], result["assignment"]
     folder = Path(cd.format_path(cd.autograded_directory, student, assignment))
@@ -416,7 +466,7 @@ def interview_audit(api, result: dict) -> list[str]:
                                     student=student, assignment=assignment,
                                     notebook=nb_path.name)
         except Exception as exc:
-            reasons.append(f"interview audit failed ({type(exc).__name__})")
+            reasons.append(f"answers audit failed ({type(exc).__name__})")
             continue
         reasons += [f"{item.question} [{item.source}] {item.reason}" for item in items
                     if item.source not in ("flagged", "static audit")]

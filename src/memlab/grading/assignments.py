@@ -42,10 +42,13 @@ _COUNTERS = ("memlab.param_bytes", "memlab.grad_bytes", "memlab.optimizer_state_
 _ESTIMATORS = ("memlab.calculator.estimate", "memlab.calculator.layer_activation_bytes",
                "memlab.estimate_training_step", "memlab.estimate.estimate_training_step")
 
+# the clean regrade of written answers outside the learner's kernel (memlab.autograde.review)
+_WRITTEN = ("memlab.autograde.review:answers_audit",)
+
 ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
     Assignment("00_setup", forbidden={"tensor_bytes": ("memlab.storage_bytes",)}),
     Assignment(
-        "01_where_memory_goes", lesson="calculator",
+        "01_where_memory_goes", lesson="calculator", report_hooks=_WRITTEN,
         forbidden={
             "count_param_bytes": ("memlab.param_bytes",),
             "count_grad_bytes": ("memlab.grad_bytes",),
@@ -56,14 +59,19 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
         },
         forbidden_everywhere=("memlab.training_step_breakdown",)),
     Assignment("02_checkpointing", lesson="checkpointing", rubrics=("checkpointing_cost",),
+               report_hooks=_WRITTEN,
                forbidden={"predict_ratio": ("memlab.formulas.chen_segment_cost",),
                           "choose_segments": ("memlab.formulas.optimal_segments",)}),
-    Assignment("03_mixed_precision", lesson="amp", rubrics=("fp16_loss_scaling",)),
+    Assignment("03_mixed_precision", lesson="amp", rubrics=("fp16_loss_scaling",),
+               report_hooks=_WRITTEN),
     Assignment("04_accumulation", lesson="accumulation", rubrics=("accumulation_equivalence",),
+               report_hooks=_WRITTEN,
                forbidden_everywhere=("memlab.accumulation.full_batch_gradients",)),
     Assignment("05_oom_clinic", lesson="oom", rubrics=("oom_before_batch",),
+               report_hooks=_WRITTEN,
                forbidden={"configure_job": ("memlab.oom.reference", "memlab.oom.clinic_budgets")}),
     Assignment("06_sharding", lesson="distributed", rubrics=("sharding_when_why",),
+               report_hooks=_WRITTEN,
                forbidden={"predict_rank_bytes": (
                    "memlab.distributed._fsdp_rows", "memlab.distributed._zero1_owner",
                    "memlab.distributed.launch", "memlab.distributed._one_step",
@@ -74,7 +82,7 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
                         "checkpointing_cost", "fp16_loss_scaling", "kv_cache_tradeoff",
                         "oom_before_batch", "sharding_when_why"),
                forbidden_everywhere=_ESTIMATORS + _COUNTERS + ("memlab.formulas", "memlab.rubric"),
-               report_hooks=("memlab.autograde.review:interview_audit",)),
+               report_hooks=_WRITTEN),
     Assignment(
         "08_more_levers", lesson="levers",
         forbidden={"causal_attention": ("memlab.levers.sdpa_attention",),

@@ -26,8 +26,10 @@ def test_hooks_run_only_for_their_assignment(monkeypatch):
                {"status": "failed", "student": "bob", "assignment": "07_interview_prep"},
                {"status": "ok", "student": "eve", "assignment": "not_a_course_assignment"}]
     audits = report._assignment_hooks(SimpleNamespace(), results)
-    assert calls == [("memlab.autograde.review:interview_audit", "ana")]
-    assert audits == {("ana", "07_interview_prep"): ["why"]}
+    # 07 and 03 have written answers (the clean regrade); a failed result and an unknown
+    # assignment cost nothing
+    assert calls == [("memlab.autograde.review:answers_audit", "ana")] * 2
+    assert audits == {("ana", "07_interview_prep"): ["why"], ("ana", "03_mixed_precision"): ["why"]}
 
 
 def test_a_failing_hook_becomes_a_review_reason(monkeypatch):
@@ -38,4 +40,4 @@ def test_a_failing_hook_becomes_a_review_reason(monkeypatch):
     audits = report._assignment_hooks(
         SimpleNamespace(), [{"status": "ok", "student": "ana", "assignment": "07_interview_prep"}])
     assert audits == {("ana", "07_interview_prep"):
-                      ["memlab.autograde.review:interview_audit failed (OSError)"]}
+                      ["memlab.autograde.review:answers_audit failed (OSError)"]}

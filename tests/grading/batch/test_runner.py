@@ -68,3 +68,22 @@ def test_db_tampering_is_seen():
     assert runner._db_tampered(before, added_manual)
     added_clean = ([(1, "src", "sum")], [(1, 2.0)], [(1, None, None), (2, None, None)])
     assert not runner._db_tampered(before, added_clean)
+
+
+def test_scan_reads_a_rubric_report_head_with_its_test_cell(tmp_path):
+    """01-06's written answers print ``[needs review] ...`` (ml.rubric's report head), not 07's
+    marker: the scan lists them too, named by the test cell (issue 30: review.csv said 3 while
+    25 flagged answers sat at full marks). The same words in an answer cell's output are the
+    learner's own print and list nothing."""
+    head = "[needs review] score 0.55 (text): score 0.55 is in the review band 0.3-0.7"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _cell("oom_answer", grade=False, solution=True, outputs=[
+            {"output_type": "stream", "name": "stdout", "text": head + "\n"}]),
+        _cell("test_oom_answer", outputs=[
+            {"output_type": "stream", "name": "stdout", "text": head + "\n- found: x\n"}]),
+    ]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    assert runner._scan(path)["reviews"] == [
+        "test_oom_answer: score 0.55 (text): score 0.55 is in the review band 0.3-0.7"]

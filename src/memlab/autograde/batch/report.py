@@ -171,7 +171,8 @@ def _assignment_hooks(api, results: list[dict]) -> dict[tuple[str, str], list[st
                 reasons = resolve_hook(hook)(api, r)
             except Exception as exc:
                 reasons = [f"{hook} failed ({type(exc).__name__})"]
-            audits.setdefault((r["student"], r["assignment"]), []).extend(reasons)
+            if reasons:
+                audits.setdefault((r["student"], r["assignment"]), []).extend(reasons)
     return audits
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from memlab.autograde.security.audit import REVIEW_PREFIX as REVIEW_MARKER
 from memlab.autograde.security.audit import _meta
 from memlab.autograde.batch.intake import _read_tree, _write_tree
+from memlab.grading.answers.result import REVIEW_HEAD as RUBRIC_REVIEW_HEAD
 
 GUARD_MARKER = "grading guard:"   # memlab.grading.guard's messages start with it
 MAX_RESULT_FILE_BYTES = 200 * 1024 ** 2  # an autograded/feedback file larger than this is dropped
@@ -61,6 +62,9 @@ def _scan(nb_path: Path) -> dict:
             s = line.strip()
             if s.startswith(REVIEW_MARKER):
                 reviews.append(_first_line(s[len(REVIEW_MARKER):]))
+            elif s.startswith(RUBRIC_REVIEW_HEAD) and m.get("grade") and not m.get("solution"):
+                # a rubric's report head (01-06's written answers): name the test cell
+                reviews.append(_first_line(f"{gid}: {s[len(RUBRIC_REVIEW_HEAD):].strip()}"))
             if s.startswith(GUARD_MARKER):
                 guards.append(_first_line(s[len(GUARD_MARKER):], 200))
         for e in errors:

@@ -1006,7 +1006,8 @@ SHARDING_WHEN_WHY = Rubric(
     explanation=(
         "ZeRO (Rajbhandari et al. 2020) per GPU with N_d GPUs and K = 12: stage 1 "
         "4P + KP/N_d, stage 2 2P + (2+K)P/N_d, stage 3 (4+K)P/N_d bytes; for 7.5B "
-        "parameters on 64 GPUs 31.4 / 16.6 / 1.9 GB instead of 120 GB. Tensor and pipeline "
+        "parameters on 64 GPUs 31.4 / 16.6 / 1.9 GB instead of 120 GB. Stage 3 moves about 3x "
+        "the parameter bytes per step, 1.5x DDP's traffic (the same paper). Tensor and pipeline "
         "parallelism (Megatron-LM) also split the compute and the activations."),
 )
 

@@ -611,12 +611,81 @@ _CLAIM = re.compile(
     r"\d+(?:\.\d+)?x?)\b")
 
 
-def _technical_claim(sentence: str) -> bool:
-    """Whether a (normalised, graded) sentence makes a claim about memory or a technique: it
-    has at least four words and names at least two of the things :data:`_CLAIM` lists (one
-    word alone, "memory", is a hedge or a transition)."""
+def _technical_claim(sentence: str, topic: Iterable[re.Pattern[str]] = ()) -> bool:
+    """Whether a (normalised, graded) sentence or clause makes a claim about memory or a
+    technique: it has at least three words and names at least two of the things
+    :data:`_CLAIM` or the rubric's ``topic`` list (one word alone, "memory", is a hedge or a
+    transition)."""
     words = [w for w in sentence.split() if _is_word(w)]
-    return len(words) >= 4 and len(_CLAIM.findall(sentence)) >= 2
+    terms = len(_CLAIM.findall(sentence)) + sum(len(rx.findall(sentence)) for rx in topic)
+    return len(words) >= 3 and terms >= 2
+
+
+# where a clause ends: a comma of the normalised text, or a word that starts a new claim
+_CLAUSE_START = frozenset("so because since therefore thus hence whereas while but which "
+                          "although though".split())
+_NUMBER = re.compile(r"(?<![a-z0-9_.])\d+(?:\.\d+)?(?:e ?-? ?\d+)?(?![0-9])")
+
+
+def _clauses(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each clause of a normalised sentence: split at commas and before the
+    words of :data:`_CLAUSE_START`."""
+    out, start, pos = [], 0, 0
+    for tok in text.split(" "):
+        if tok == "," or tok in _CLAUSE_START:
+            if text[start:pos].strip(" ,"):
+                out.append((start, pos))
+            start = pos + (len(tok) + 1 if tok == "," else 0)
+        pos += len(tok) + 1
+    if text[start:].strip(" ,"):
+        out.append((start, len(text)))
+    return out
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers a normalised text states ("6.1e-5" -> "6.1e-5", "16" -> "16")."""
+    return {re.sub(r"[ ]", "", m.group()).rstrip(".") for m in _NUMBER.finditer(text)}
+
+
+# what makes an unmatched claim decisive, the kind a false one usually is: a quantity that
+# changes by a factor, an exactness, an absolute
+_DECISIVE = re.compile(
+    r"\b(?:halv\w*|halves|doubl\w*|tripl\w*|twice|quadrupl\w*|exact\w*|equal\w*|identical|"
+    r"approximat\w*|never|always|entirely|includ\w*|excludes?)\b")
+
+
+def _as_float(number: str) -> float | None:
+    try:
+        return float(number)
+    except ValueError:
+        return None
+
+
+def _unknown_number(clause: str, known: set[str]) -> bool:
+    """Whether a clause states a number the rubric does not know, within 15% (an answer's
+    "~30%" for the rubric's "33%" is the same number)."""
+    values = [v for v in map(_as_float, known) if v]
+    ranges = [tuple(map(float, k[1:].split("-"))) for k in known if k.startswith("~")]
+    for n in _numbers(clause) - known:
+        v = _as_float(n)
+        if v is None or not (any(abs(v - k) <= 0.15 * abs(k) for k in values)
+                             or any(lo <= v <= hi for lo, hi in ranges)):
+            return True
+    return False
+
+
+def _known_numbers(rb: "Rubric") -> set[str]:
+    """Numbers the rubric's own text states (question, model answer, explanation, course text,
+    hints, corrections): an answer may repeat them; any other number is a claim the grader has
+    not checked. 0, 1 and 2 are words more than numbers ("1 step", "2x"); a range of the text
+    is kept as "~lo-hi"."""
+    known = {"0", "1", "2"}
+    for text in (rb.question, *rb.reference_texts()):
+        known |= _numbers(normalize(text))
+        # a range ("20-40%", "2 to 4x") admits every number inside it: "~20-40"
+        known |= {f"~{a}-{b}" for a, b in re.findall(
+            r"(\d+(?:\.\d+)?) ?(?:-|–|to) ?(\d+(?:\.\d+)?)(?![\d.])", text)}
+    return known
 
 
 def _quote(sentence: str, limit: int = 160) -> str:
@@ -711,10 +780,10 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     concept_lines: list[str] = []
     absent: list[tuple[str, str]] = []
     claimed: list[tuple[int, int, int]] = []   # the words that already earned a concept
-    accounted: set[int] = set()                # sentences a concept or misconception matched
+    accounted: list[tuple[int, int, int]] = []  # (sentence, start, end) a pattern matched
     for c in rb.concepts:
         mentions = _mentions(c._compiled, graded, raw_kept, c.negatable, False)  # type: ignore[attr-defined]
-        accounted |= {m.span[0] for m in mentions}
+        accounted += [m.span for m in mentions]
         # one phrase earns one idea: "an extra forward pass" is the recomputation, not also
         # its cost and its size
         fresh = [m for m in mentions if m.polarity == "assert"
@@ -750,7 +819,7 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     mis_lines: list[str] = []
     for mc in rb.misconceptions:
         mentions = _mentions(mc._compiled, graded, raw_kept, True, True)  # type: ignore[attr-defined]
-        accounted |= {m.span[0] for m in mentions}
+        accounted += [m.span for m in mentions]
         v = _verdict(mentions)
         if v is None:
             continue
@@ -777,11 +846,20 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
             lines.append(f"missing: {name}" + (f" - {hint}" if hint else ""))
     lines += mis_lines
 
-    # every sentence accounted for: one that makes a technical claim no concept or misconception
-    # matched is one the grader cannot vouch for, so a score that rests on the others is
-    # provisional (a person reads it); the learner sees which sentence
-    unchecked = [raw_kept[k] for k in range(len(graded))
-                 if k not in accounted and _technical_claim(graded[k])]
+    # every clause accounted for: one that makes a technical claim no concept or misconception
+    # matched, or states a number the rubric does not know, is one the grader cannot vouch
+    # for, so a score that rests on the others is provisional (a person reads it); the learner
+    # sees which sentence. A pattern vouches for its own clause, not the whole sentence.
+    known = _known_numbers(rb)
+    unchecked: list[str] = []
+    for k, text in enumerate(graded):
+        for a, b in _clauses(text):
+            clause = text[a:b]
+            covered = any(sk == k and ms < b and me > a for sk, ms, me in accounted)
+            if (not covered and _technical_claim(clause, rb._topic)  # type: ignore[attr-defined]
+                    and _DECISIVE.search(clause)) or _unknown_number(clause, known):
+                unchecked.append(raw_kept[k])
+                break
     if unchecked and score > rb.review_band[0]:
         for sentence in unchecked[:2]:
             lines.append(f"I could not check this claim: {_quote(sentence)} (your instructor will)")

@@ -11,7 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result"]
+__all__ = ["Result", "REVIEW_HEAD"]
+
+# the first words of a report the grader is unsure of (the review list and the class scan read it)
+REVIEW_HEAD = "[needs review]"
 
 
 # --------------------------------------------------------------------------- results
@@ -53,7 +56,7 @@ class Result:
         """The feedback as text: a first line with the score, then one line per remark."""
         head = f"score {self.score:.2f} ({self.kind or 'answer'})"
         if self.needs_review:
-            head = f"[needs review] {head}: {self.review_reason}"
+            head = f"{REVIEW_HEAD} {head}: {self.review_reason}"
         return "\n".join([head] + [f"- {line}" for line in self.feedback])
 
     def as_dict(self) -> dict[str, Any]:
