@@ -279,6 +279,17 @@ def test_report_files_csv_and_summary(graded):
                     "read_solutions"):
         assert student in review, f"{student} should be listed for manual review"
     assert "correct" not in {r["student"] for r in csv.DictReader(open(out / "review.csv"))}
+    # what review.csv lists is flagged in the gradebook (formgrader's "Flagged?") and its reason
+    # says the score is provisional; a clean submission is neither
+    con = sqlite3.connect(course / "autograder" / "work" / "gradebook.db")
+    flagged = {row[0] for row in con.execute(
+        "SELECT s.student_id FROM submitted_notebook n JOIN submitted_assignment s "
+        "ON n.assignment_id = s.id WHERE n.flagged")}
+    assert {"patch_measure_peak", "custom_exc", "tests_assert_true"} <= flagged
+    assert "correct" not in flagged
+    subs = _rows(out / "submissions.csv")
+    assert "PROVISIONAL" in subs[("patch_measure_peak", A)]["reason"]
+    assert "PROVISIONAL" not in subs[("correct", A)]["reason"]
     # Feedback HTML for graded submissions, copied into the course's feedback folder.
     fb = course / "autograder" / "work" / "feedback" / "correct" / A / f"{A}.html"
     assert fb.is_file() and "BEGIN HIDDEN TESTS" not in fb.read_text()

@@ -114,4 +114,10 @@ MUTANTS = [
     loss.backward()""",
         lose=_AS, says="not the scaled loss", klass=0,
         why="returns the scaled loss (S times too large)"),
+    # blind round r2 (issue 33): written from the notebooks alone; it passed the hidden tests
+    Mutant(id="amp_retain_graph", cell="amp_step",
+           find="    scaler.scale(loss).backward()",
+           replace="    scaler.scale(loss).backward(retain_graph=True)",
+           lose=("test_amp_step_hidden",), says="retain_graph", klass=1,
+           why="retain_graph=True keeps every saved activation alive through the optimizer step"),
 ]

@@ -133,4 +133,10 @@ MUTANTS = [
         klass=1,
         why="does not clear p.grad: earlier gradients leak in; the visible test's model is fresh",
     ),
+    # blind round r2 (issue 33): written from the notebooks alone; it passed the hidden tests
+    Mutant(id="ref_grads_default_device", cell=_R,
+           find="    return [p.grad.detach().clone() for p in model.parameters()]",
+           replace="    return [torch.zeros(p.shape) + p.grad for p in model.parameters()]",
+           lose=(_R_HIDDEN,), says="device", klass=3,
+           why="accumulates into torch.zeros(p.shape): CPU fp32, fails beside GPU gradients"),
 ]

@@ -102,4 +102,37 @@ MUTANTS = [
 """,
            lose=_FU, says="once per backward", klass=0,
            why="steps twice per backward (e.g. a leftover optimizer.step() in the hook)"),
+    # blind round r2 (issue 33): written from the notebooks alone; these passed the hidden tests
+    Mutant(id="lora_merged_every_forward", cell="lora_linear",
+           find="        return self.base(x) + self.scale * ((x @ self.A.T) @ self.B.T)",
+           replace=("        return F.linear(x, self.base.weight + self.scale * (self.B @ self.A), "
+                    "self.base.bias)"),
+           lose=("test_lora_linear_hidden",), says="do not build the merged", klass=1,
+           why="merges W + BA in every forward: a full-size weight and its gradient every step (the "
+               "benefit of LoRA lost, the proxies - trainable shapes, optimizer state - unchanged)"),
+    Mutant(id="lora_factors_default_device", cell="lora_linear", find=_A,
+           replace="        self.A = nn.Parameter(torch.randn(rank, base.in_features) / rank)",
+           lose=("test_lora_linear_hidden",), says="device", klass=3,
+           why="A on the default device in fp32: a bf16 or GPU base layer fails with a mismatch"),
+    Mutant(id="attn_checkpointed_eager", cell="causal_attention", find=_SDPA,
+           replace="""    import torch.utils.checkpoint as cp
+
+    def eager(q, k, v):
+        s = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+    return cp.checkpoint(eager, q, k, v, use_reentrant=False)""",
+           lose=("test_causal_attention_hidden",), says="a checkpoint only moves it", klass=1,
+           why="eager attention under a checkpoint saves little but rebuilds the s x s matrix and "
+               "its gradient in backward: the step's peak is still quadratic"),
+    Mutant(id="fuse_frozen_too", cell="fuse_optimizer_into_backward",
+           find="""        if p.requires_grad:
+            optimizers[p] = make_optimizer([p])
+            p.register_post_accumulate_grad_hook(step_and_free)""",
+           replace="""        optimizers[p] = make_optimizer([p])
+        p.register_post_accumulate_grad_hook(step_and_free)""",
+           lose=("test_fuse_optimizer_into_backward_hidden",), says="frozen", klass=2,
+           why="hooks frozen parameters too (a model with a frozen layer fails); no seeded case "
+               "drew a frozen layer before"),
 ]

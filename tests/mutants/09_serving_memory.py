@@ -58,4 +58,21 @@ MUTANTS = [
            find="    if free <= 0:\n        return 0\n", replace="",
            lose=("test_max_batch",), says="return 0", klass=0,
            why="returns a negative batch when the weights alone do not fit"),
+    # blind round r2 (issue 33): written from the notebooks alone; these passed the hidden tests
+    Mutant(id="cache_mask_only_at_prefill", cell="attention_with_cache",
+           find='    probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)',
+           replace=('    probs = torch.softmax(scores.masked_fill(future, float("-inf")) if cache is None '
+                    'else scores, dim=-1)'),
+           lose=("test_attention_with_cache_hidden",), says="three new tokens in one call", klass=2,
+           why="masks only at prefill: several new tokens per call (chunked prefill) see each "
+               "other's future"),
+    Mutant(id="cache_kept_on_block", cell="attention_with_cache",
+           find="    return block.proj(out), (k, v)",
+           replace="    block.kv_cache = (k, v)\n    return block.proj(out), (k, v)",
+           lose=("test_attention_with_cache_hidden",), says="changed the block", klass=1,
+           why="stores the cache on the layer: a server keeps the last request's cache alive"),
+    Mutant(id="max_batch_strict_fit", cell="max_batch",
+           find="    return int(free // per_seq)", replace="    return int((free - 1) // per_seq)",
+           lose=("test_max_batch_hidden",), says="fills the budget exactly", klass=2,
+           why="a batch that fills the budget exactly is refused (< instead of <=)"),
 ]

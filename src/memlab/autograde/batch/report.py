@@ -69,6 +69,23 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     return "; ".join(dict.fromkeys(parts)), review
 
 
+def _flag_for_review(api, results: list[dict]) -> None:
+    """Set nbgrader's ``flagged`` on every notebook of a submission with review items, so the
+    formgrader's "Flagged?" column shows what review.csv lists (a flag a person set is never
+    cleared here)."""
+    with api.gradebook as gb:
+        for r in results:
+            if not r.get("review"):
+                continue
+            try:
+                sub = gb.find_submission(r["assignment"], r["student"])
+            except Exception:  # noqa: BLE001 - not merged (refused): nothing to flag
+                continue
+            for snb in sub.notebooks:
+                snb.flagged = True
+        gb.db.commit()
+
+
 def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     from memlab.autograde import course
 
@@ -92,6 +109,8 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         if r.get("late_seconds", 0) > 0:  # from timestamp.txt and the assignment's due date
             reason += f"; submitted late by {_duration(r['late_seconds'])}"
         review += [x for x in audits.get((r["student"], r["assignment"]), []) if x not in review]
+        if review:  # the score is provisional: the reason never reads as a decided grade
+            reason += f"; PROVISIONAL: {len(review)} item(s) in review.csv"
         r["reason"], r["review"] = reason, review
         rows.append({"student": r["student"], "assignment": r["assignment"],
                      "score": f"{r['score']:g}", "max_score": f"{r['max_score']:g}",
@@ -99,6 +118,7 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                      "isolation": report.isolation.split(" (")[0]})
         for why in review:
             review_rows.append({"student": r["student"], "assignment": r["assignment"], "why": why})
+    _flag_for_review(api, report.results)
     _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
                                          "isolation"], rows)
     _write_csv(out / "review.csv", ["student", "assignment", "why"], review_rows)
