@@ -120,4 +120,8 @@ MUTANTS = [
            replace="    scaler.scale(loss).backward(retain_graph=True)",
            lose=("test_amp_step_hidden",), says="retain_graph", klass=1,
            why="retain_graph=True keeps every saved activation alive through the optimizer step"),
+    Mutant(id="autocast_cpu_hardcoded", cell="forward_loss", find=_AC,
+           replace=_AC.replace("device_type=device.type", 'device_type="cpu"'),
+           lose=("test_forward_loss_hidden",), says="device_type=device.type", klass=3,
+           why="autocast for the CPU whatever the device: on a GPU every CUDA op stays fp32"),
 ]
