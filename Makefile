@@ -28,7 +28,7 @@ help:
 	@echo "make releases   which releases in notebooks/ are newer than your working copy"
 	@echo "make instructor-lab  JupyterLab on the whole course with nbgrader's tools (Formgrader)"
 	@echo "make test       the contributor's tier: unit tests, one nbgrader pipeline per assignment,"
-	@echo "                import contracts, ruff (sets up .venv the first time; ~4 min on 2 cores)"
+	@echo "                import contracts, ruff (sets up .venv the first time; ~8 min on 2 cores)"
 	@echo "make test-all   both tiers (+ mutation/hostile corpora, cheats, browser, class scale),"
 	@echo "                then make test-compat: what CI runs"
 	@echo "make test-fast  the inner loop: no nbgrader runs, no browser, no GPU (about a minute)"
