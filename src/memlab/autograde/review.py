@@ -349,19 +349,16 @@ def review_notebook(nb, source=None, *, student: str = "", assignment: str = "",
     if source is None:
         return items
     src = _read_nb(source)
-    regradable = []
+    regradable = []   # (test cell's grade id, its points, its source, question, answer variable)
     for cell in src.get("cells", []):
-        m = _meta(cell)
-        q = _regradable(_join(cell.get("source", "")), m.get("grade_id", ""))
+        m, text = _meta(cell), _join(cell.get("source", ""))
+        q = _regradable(text, m.get("grade_id", ""))
         if m.get("grade") and not m.get("solution") and q:
-            regradable.append((cell, q))
+            regradable.append((m["grade_id"], float(m.get("points", 0)), text, *q))
     if not regradable:
         return items                     # no written answer to re-grade
     answers, unsafe = answer_values(nb)
-    for cell, (qid, variable) in regradable:
-        m = _meta(cell)
-        text = _join(cell.get("source", ""))
-        gid, max_points = m["grade_id"], float(m.get("points", 0))
+    for gid, max_points, text, qid, variable in regradable:
         if variable in unsafe:
             add(qid, "audit", f"{variable}: {unsafe[variable]}; read the cell, the notebook's "
                               f"{_cell_points(cells[gid], max_points) if gid in cells else 0:g} "

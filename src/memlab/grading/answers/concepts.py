@@ -644,7 +644,7 @@ def _clauses(text: str) -> list[tuple[int, int]]:
 
 def _numbers(text: str) -> set[str]:
     """The numbers a normalised text states ("6.1e-5" -> "6.1e-5", "16" -> "16")."""
-    return {re.sub(r"[ ]", "", m.group()).rstrip(".") for m in _NUMBER.finditer(text)}
+    return {m.group().replace(" ", "").rstrip(".") for m in _NUMBER.finditer(text)}
 
 
 # what makes an unmatched claim decisive, the kind a false one usually is: a quantity that
@@ -661,31 +661,40 @@ def _as_float(number: str) -> float | None:
         return None
 
 
-def _unknown_number(clause: str, known: set[str]) -> bool:
+@dataclass(frozen=True)
+class _Known:
+    """The numbers a rubric's own text states: as written, as values, and its ranges."""
+    written: frozenset[str]
+    values: tuple[float, ...]
+    ranges: tuple[tuple[float, float], ...]
+
+
+def _unknown_number(clause: str, known: _Known) -> bool:
     """Whether a clause states a number the rubric does not know, within 15% (an answer's
     "~30%" for the rubric's "33%" is the same number)."""
-    values = [v for v in map(_as_float, known) if v]
-    ranges = [tuple(map(float, k[1:].split("-"))) for k in known if k.startswith("~")]
-    for n in _numbers(clause) - known:
+    for n in _numbers(clause) - known.written:
         v = _as_float(n)
-        if v is None or not (any(abs(v - k) <= 0.15 * abs(k) for k in values)
-                             or any(lo <= v <= hi for lo, hi in ranges)):
+        if v is None or not (any(abs(v - k) <= 0.15 * abs(k) for k in known.values)
+                             or any(lo <= v <= hi for lo, hi in known.ranges)):
             return True
     return False
 
 
-def _known_numbers(rb: "Rubric") -> set[str]:
-    """Numbers the rubric's own text states (question, model answer, explanation, course text,
-    hints, corrections): an answer may repeat them; any other number is a claim the grader has
-    not checked. 0, 1 and 2 are words more than numbers ("1 step", "2x"); a range of the text
-    is kept as "~lo-hi"."""
-    known = {"0", "1", "2"}
-    for text in (rb.question, *rb.reference_texts()):
-        known |= _numbers(normalize(text))
-        # a range ("20-40%", "2 to 4x") admits every number inside it: "~20-40"
-        known |= {f"~{a}-{b}" for a, b in re.findall(
+@functools.lru_cache(maxsize=64)
+def _known_numbers(texts: tuple[str, ...]) -> _Known:
+    """Numbers the rubric's own text states (``texts``: question, model answer, explanation,
+    course text, hints, corrections): an answer may repeat them; any other number is a claim
+    the grader has not checked. 0, 1 and 2 are words more than numbers ("1 step", "2x"); a
+    range of the text ("20-40%", "2 to 4x") admits every number inside it. Once per rubric,
+    as :func:`_reference_grams`."""
+    written = {"0", "1", "2"}
+    ranges: set[tuple[float, float]] = set()
+    for text in texts:
+        written |= _numbers(normalize(text))
+        ranges |= {(float(a), float(b)) for a, b in re.findall(
             r"(\d+(?:\.\d+)?) ?(?:-|–|to) ?(\d+(?:\.\d+)?)(?![\d.])", text)}
-    return known
+    values = tuple(v for v in map(_as_float, written) if v)
+    return _Known(frozenset(written), values, tuple(sorted(ranges)))
 
 
 def _quote(sentence: str, limit: int = 160) -> str:
@@ -850,7 +859,7 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     # matched, or states a number the rubric does not know, is one the grader cannot vouch
     # for, so a score that rests on the others is provisional (a person reads it); the learner
     # sees which sentence. A pattern vouches for its own clause, not the whole sentence.
-    known = _known_numbers(rb)
+    known = _known_numbers((rb.question, *rb.reference_texts()))
     unchecked: list[str] = []
     for k, text in enumerate(graded):
         for a, b in _clauses(text):
