@@ -24,6 +24,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 help:
 	@echo "make lab        open JupyterLab on my-notebooks/, your working copy (sets up .venv the"
 	@echo "                first time; copies new releases in, never overwrites your work)"
+	@echo "                LAB_ARGS='--port=8899 --no-browser' passes JupyterLab's own options"
 	@echo "make reset NB=03  replace your copy of notebook 03 with its release (keeps a backup)"
 	@echo "make releases   which releases in notebooks/ are newer than your working copy"
 	@echo "make instructor-lab  JupyterLab on the whole course with nbgrader's tools (Formgrader)"
@@ -42,10 +43,10 @@ help:
 
 # Learners: no nbgrader instructor extensions, no news toast (src/memlab/tools/lab.py says how).
 lab: $(STAMP)
-	$(PY) -m memlab.tools.lab learner
+	$(PY) -m memlab.tools.lab learner $(LAB_ARGS)
 
 instructor-lab: $(STAMP)
-	$(PY) -m memlab.tools.lab instructor
+	$(PY) -m memlab.tools.lab instructor $(LAB_ARGS)
 
 reset: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make reset NB=03   (replaces my-notebooks/03_... with its release; keeps a backup)"; exit 2; }

@@ -95,6 +95,47 @@ def free_names(source: str) -> set[str]:
     return free
 
 
+def frame_problems(cells) -> list[str]:
+    """What a notebook lacks of the learner's frame (docs/AUTHORING.md, "Notebook shape"): the
+    learning outcomes and the Run All note in the title cell, a "What you can now do" cell with
+    a cheat sheet, and a link to the next notebook (or, in the last one, back to the start)."""
+    md = ["".join(c.get("source", "")) for c in cells if c.get("cell_type") == "markdown"]
+    problems = []
+    if not md or "By the end you can" not in md[0]:
+        problems.append("the title cell lists no learning outcomes ('By the end you can:')")
+    if not md or "Run All" not in md[0]:
+        problems.append("the title cell does not say how Run All behaves")
+    summary = [t for t in md if t.startswith("## What you can now do")]
+    if not summary:
+        problems.append("no '## What you can now do' cell")
+    elif "You can now" not in summary[0] or "Cheat sheet" not in summary[0]:
+        problems.append("the summary has no 'You can now' bullets or no cheat sheet")
+    elif not re.search(r"\*\*Next:\*\* \[[^]]+\]\(\.\./\d\d_\w+/\d\d_\w+\.ipynb\)|"
+                       r"That was the last notebook", summary[0]):
+        problems.append("the summary links to no next notebook")
+    return problems
+
+
+def learner_dependent_cells(cells) -> list[int]:
+    """Indices of the ungraded code cells that run what a learner wrote: they read a name an
+    answer cell defines, or one such a cell defines from it. A half-written answer can make any
+    of them raise, so each must carry the ``raises-exception`` tag (Run All goes on)."""
+    tainted: set[str] = set()
+    out = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        source = "".join(cell.get("source", ""))
+        defined, _ = defined_and_read(source)
+        m = nbgrader_meta(cell)
+        if m.get("solution"):
+            tainted |= defined
+        elif not m.get("grade") and free_names(source) & tainted:
+            out.append(i)
+            tainted |= defined
+    return out
+
+
 def _graded(cell) -> bool:
     m = nbgrader_meta(cell)
     return bool(m.get("solution") or m.get("grade"))

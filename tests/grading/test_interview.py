@@ -632,3 +632,41 @@ def test_a_regrade_never_reloads_the_graders_modules():
     nb = _autograded_written(src, {}, {gid: 2.0})
     assert [i for i in rv.review_notebook(nb, src) if i.source == "audit"] == []
     assert g.Rubric is before
+
+
+@pytest.mark.parametrize("qid", [q for q in iv.QUESTIONS if iv.QUESTIONS[q].kind != "text"])
+def test_a_wrong_attempt_gets_a_hint_first_and_the_key_only_on_request(qid):
+    box = iv.self_check(qid, seed=1)
+    assert box.hint_button.disabled
+    key = box.item.key
+    kind = box.item.kind
+    if kind == "numeric":
+        wrong = f"{key * 3 if key else 7} {box.item.unit}".strip()
+    elif kind == "choice":
+        wrong = next(o for o in box.item.options if o != key)
+    elif kind == "multi":
+        wrong = next(o for o in box.item.options if o not in key)
+    else:
+        wrong = " > ".join(reversed(list(key)))
+    box.answer.value = wrong
+    box.check_button.click()
+    shown = html_unescape(box.feedback.value)
+    assert box.item.check(box.answer.value).score < 1.0, shown
+    assert not box.hint_button.disabled and not box.reveal_button.disabled
+    assert "expected" not in shown and "the answer is" not in shown and "right order is" not in shown, (
+        f"{qid}: the check of a wrong attempt shows the key: {shown}")
+    if box.item.kind == "numeric":
+        assert "too high" in shown, shown
+    box.hint_button.click()
+    hint = html_unescape(box.solution.value)
+    assert "Hint:" in hint and "Answer:" not in hint, hint
+    box.reveal_button.click()
+    assert "Answer:" in html_unescape(box.solution.value)
+
+
+@pytest.mark.parametrize("qid", [q for q in iv.QUESTIONS if iv.QUESTIONS[q].kind == "numeric"])
+def test_the_placeholder_is_in_the_unit_the_question_asks_for(qid):
+    q = iv.QUESTIONS[qid]
+    placeholder = iv.self_check(qid).answer.placeholder
+    if q.unit in ("GB", "GiB", "MiB", "ms", "B", "x"):
+        assert placeholder.endswith(q.unit), (qid, q.unit, placeholder)

@@ -33,6 +33,13 @@ def uses_stub(x):
 
 def good(x):
     return 2 * x
+
+def typo(x):
+    total = 2 * x
+    return totl
+
+def no_import(shape):
+    return math.prod(shape)
 """
 
 CASES = {  # name: (source, expected ename or None, text the rendered output must contain)
@@ -59,8 +66,26 @@ CASES = {  # name: (source, expected ename or None, text the rendered output mus
     "modulelist": ("import torch\nwith ml.visible_test('good'):\n"
                    "    torch.nn.ModuleList([torch.nn.Linear(2, 2)] * 3)[0:2](torch.ones(2))",
                    "NotImplementedError", "FAIL good: your code called a ModuleList as if it were a layer"),
+    # the learner's own undefined name is a bug in their code, not an exercise to wait for
+    "own_typo": ("with ml.visible_test('typo'):\n    assert typo(1) == 2",
+                 "NameError", "FAIL typo: your code in typo() uses the name 'totl', which nothing "
+                 "defines: a typo or a missing import"),
+    "own_import": ("with ml.visible_test('no_import'):\n    assert no_import((2, 3)) == 6",
+                   "NameError", "add `import math` at the top of that answer cell"),
+    # nbgrader's stub in an answer cell, and a demo line calling an unwritten function: one line
+    "answer_stub": ("# YOUR CODE HERE\nraise NotImplementedError()", "NotImplementedError",
+                    "not written yet: write your answer here in place of raise "
+                    "NotImplementedError()"),
+    "called_stub": ("stub(1)", "NotImplementedError",
+                    "not written yet: write stub in its answer cell above"),
+    # a NotImplementedError torch raises is a real error: its traceback stays
+    "torch_nie": ("import torch\ntorch.nn.Module()(torch.ones(1))", "NotImplementedError",
+                  'missing the required "forward" function'),
+    "guard_accepts_it": ("import memlab.grading\nml.grading.guard()\nprint('guard: clean')", None,
+                         "guard: clean"),
     "last": ("print('the last cell ran')", None, "the last cell ran"),
 }
+FULL_TRACEBACK = {"real_error", "own_typo", "own_import", "torch_nie"}
 
 
 def _text(outputs) -> str:
@@ -96,8 +121,12 @@ def test_each_case_reads_as_designed(executed, case):
     assert text in _text(cell.outputs), _text(cell.outputs)
     stderr = [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
     assert not stderr, f"{case}: the check must keep stderr out of the cell: {stderr}"
-    if ename and ename != "TypeError":  # one line, also for torch's ModuleList error
+    if ename and case not in FULL_TRACEBACK:  # one line, also for torch's ModuleList error
         assert len(errors[0].traceback) == 1, f"{case}: expected one line, got {errors[0].traceback}"
+    if case in FULL_TRACEBACK:
+        assert len(errors[0].traceback) > 1, f"{case}: its traceback was replaced by one line"
+    if case.startswith("own_"):
+        assert "waiting for" not in _text(cell.outputs), _text(cell.outputs)
     if case != "pass":
         assert "PASS" not in _text(cell.outputs)
 

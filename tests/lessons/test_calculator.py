@@ -345,3 +345,125 @@ def test_widget_serving_mode_and_kv_heads():
     w.controls["heads"].value = 4          # head_dim 64: twice the bytes per kv head
     assert "No such model" not in w.summary.value
     assert w.result["kv cache"] == want["kv cache"] // 2
+
+
+# ------------------------------------------- the widget as a browser shows it (the tester's issue)
+# tests/notebooks/test_calculator_browser.py checks the same in JupyterLab and Chromium; these
+# check the Python side of each fix.
+def _widget(**kw):
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("matplotlib")
+    return calc.calculator_widget(**kw)
+
+
+def test_widget_columns_do_not_shrink_and_messages_wrap():
+    """An impossible heads value: the message wraps inside its fixed-width column (it widened
+    the chart's column over the controls)."""
+    w = _widget()
+    row = w.children[0]
+    left, right = row.children
+    assert row.layout.flex_flow == "row wrap"
+    assert (left.layout.width, left.layout.flex) == ("420px", "0 0 auto")
+    assert (right.layout.width, right.layout.flex) == ("510px", "0 0 auto")
+    assert w.controls["layers"].style.description_width == "130px"
+    assert {c.layout.width for c in w.controls.values()} == {"400px"}  # fits the 420 px column
+    w.controls["heads"].value = 7
+    assert w.summary.value.startswith("<div style='white-space: normal; line-height: 1.4'>")
+    assert "heads=7 does not divide hidden=4096" in w.summary.value
+    w.controls["heads"].value = 32
+    assert "white-space: normal" in w.summary.value and "No such model" not in w.summary.value
+
+
+def test_widget_kv_heads_dropdown_is_not_blank_on_first_render():
+    """ipywidgets reads a Dropdown value of None as "no selection" (index None: blank)."""
+    w = _widget()
+    kv = w.controls["kv_heads"]
+    assert (kv.value, kv.index, kv.label) == (calc.KV_SAME, 0, "= heads (multi-head)")
+    assert w.config["kv_heads"] is None and w.result == calc.estimate()
+    kv.value = 8
+    assert w.config["kv_heads"] == 8
+    kv.value = calc.KV_SAME
+    assert w.config["kv_heads"] is None and w.result == calc.estimate()
+    # a kv_heads outside the usual list is offered and selected, not replaced by "= heads"
+    w = _widget(heads=64, hidden=8192, kv_heads=64)
+    assert (w.controls["kv_heads"].value, w.controls["kv_heads"].label) == (64, "64")
+    assert w.config["kv_heads"] == 64
+
+
+def test_widget_batch_takes_any_positive_value_and_refuses_zero():
+    """A batch of 100000 is used as typed (an IntSlider to 256 cut it silently); 0 is refused
+    with a message, and the last estimate stays."""
+    w = _widget()
+    batch = w.controls["batch"]
+    assert type(batch).__name__ == "IntText" and not hasattr(batch, "max")
+    batch.value = 100000
+    assert w.config["batch"] == 100000 and w.result == calc.estimate(batch=100000)
+    assert ml.fmt_bytes(calc.estimate(batch=100000)["total"]) in w.summary.value
+    before = w.result
+    for bad in (0, -3):
+        batch.value = bad
+        assert batch.value == bad, "the typed value stays in the box"
+        assert "No such batch" in w.summary.value and f"batch size {bad}" in w.summary.value
+        assert w.result is before, "the last valid estimate stays"
+    batch.value = 1
+    assert "No such batch" not in w.summary.value and w.result == calc.estimate()
+
+
+def test_widget_says_when_a_slider_sits_at_an_end():
+    """The browser cuts a value typed past a slider's end to the end: the widget says so."""
+    w = _widget()
+    note = w.range_note
+    assert note.layout.display == "none" and note.value == ""
+    w.controls["seq_len"].value = 100000           # Python clamps like the browser does
+    assert w.controls["seq_len"].value == 32768 and w.config["seq_len"] == 32768
+    assert note.layout.display == "flex"
+    assert ("<b>sequence length</b> = 32768 is the end of its slider (16 to 32768): a value typed "
+            "past it is set to 32768. Other values: <code>ml.calculator.estimate(seq_len=...)"
+            "</code>.") in note.value
+    w.controls["layers"].value = 1                 # the low end too
+    assert "<b>layers</b> = 1 is the end of its slider (1 to 128)" in note.value
+    assert "sequence length" in note.value
+    w.controls["seq_len"].value, w.controls["layers"].value = 2048, 32
+    assert note.layout.display == "none" and note.value == ""
+    # the parameter slider: only while it is enabled (from the shape it follows the shape)
+    w.controls["params_from_shape"].value = False
+    w.controls["n_params_billion"].value = 1000.0
+    assert "<b>parameters (B)</b> = 1000 is the end of its slider (0.001 to 1000)" in note.value
+    assert "estimate(n_params=...)" in note.value
+    w.controls["params_from_shape"].value = True
+    assert note.layout.display == "none"
+
+
+def test_widget_serving_disables_the_training_only_controls_with_a_reason():
+    w = _widget()
+    assert calc.TRAINING_ONLY == ("optimizer", "attention", "checkpointing")
+    assert not any(w.controls[k].disabled for k in calc.TRAINING_ONLY)
+    assert w.serving_note.layout.display == "none"
+    w.controls["serving"].value = True
+    disabled = [k for k in w.controls if w.controls[k].disabled]
+    assert disabled == ["n_params_billion", *calc.TRAINING_ONLY]  # n_params: from the shape
+    assert {w.controls[k].tooltip for k in calc.TRAINING_ONLY} == {"training only"}
+    assert w.serving_note.layout.display == "flex"
+    assert ("optimizer, attention and checkpointing apply to training only (no gradients, no "
+            "optimizer state, nothing saved for a backward pass)") in w.serving_note.value
+    # what serving does use stays enabled, and changes the estimate
+    w.controls["kv_heads"].value = 8
+    assert w.result["kv cache"] == calc.estimate(serving=True, kv_heads=8)["kv cache"] == 2**28
+    w.controls["serving"].value = False
+    assert not any(w.controls[k].disabled for k in calc.TRAINING_ONLY)
+    assert {w.controls[k].tooltip for k in calc.TRAINING_ONLY} == {None}
+    assert w.serving_note.layout.display == "none"
+
+
+def test_plot_estimate_in_serving_leaves_out_the_zero_training_rows():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot(1, 1, 1)
+    calc.plot_estimate(calc.estimate(serving=True), ax=ax)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["parameters: 12.26 GiB", "kv cache: 1.00 GiB"]
+    ax = Figure().add_subplot(1, 1, 1)
+    calc.plot_estimate(calc.estimate(optimizer="sgd"), ax=ax)  # training: a 0 row is shown
+    assert len(ax.patches) == 4

@@ -15,14 +15,15 @@ from memlab.lessons import distributed as D
 
 
 def _expected(shapes, strategy, n):
-    """The bookkeeping rules the notebook teaches (fp32 Adam: 8 B/element + 4 B step per tensor)."""
+    """The bookkeeping rules the notebook teaches (fp32 Adam: 8 B/element + 4 B step per tensor;
+    FSDP2: parameter storage padded to ceil(d0 / N) rows on every rank, Adam state unpadded)."""
     numels = [math.prod(s) for s in shapes]
     out = [dict(params=0, optimizer_state=0) for _ in range(n)]
     if strategy == "fsdp":
         for shape, numel in zip(shapes, numels):
             for r in range(n):
                 rows = D._fsdp_rows(shape[0], n, r)
-                out[r]["params"] += 4 * rows * (numel // shape[0])
+                out[r]["params"] += 4 * -(-shape[0] // n) * (numel // shape[0])
                 out[r]["optimizer_state"] += 8 * rows * (numel // shape[0]) + 4
         return out
     owner = D._zero1_owner(shapes, n)
@@ -56,8 +57,57 @@ def test_per_rank_bytes_follow_the_rules(two_ranks):
             for r in range(2):
                 got = {k: per_rank[r][s][k] for k in ("params", "optimizer_state")}
                 assert got == want[r], f"{cfg['sizes']} {s} rank {r}: {got} != {want[r]}"
-                # grads: full for DDP and ZeRO-1 (stage 1 does not shard them), sharded for FSDP
+                # grads: full for DDP and ZeRO-1 (stage 1 does not shard them), sharded for
+                # FSDP and padded like the parameters (one reduce-scatter output per module)
                 assert per_rank[r][s]["grads"] == (per_rank[r][s]["params"])
+
+
+def test_fsdp_pads_parameters_not_adam_state(two_ranks):
+    """[9, 17, 5] on 2 ranks: Linear(9, 17) and Linear(17, 5) have odd dim 0, so rank 1 owns
+    fewer rows (8 of 17, 2 of 5) than it stores (9, 3): the padding is in params and grads only."""
+    cfgs, runs = two_ranks
+    shapes = D.param_shapes(cfgs[0]["sizes"])
+    owned = [sum(D._fsdp_rows(s[0], 2, r) * math.prod(s[1:]) for s in shapes) for r in range(2)]
+    padded = sum(-(-s[0] // 2) * math.prod(s[1:]) for s in shapes)
+    assert owned == [9 * 9 + 9 + 3 * 17 + 3, 8 * 9 + 8 + 2 * 17 + 2]
+    for r in range(2):
+        got = runs[0][r]["fsdp"]
+        assert got["params"] == got["grads"] == 4 * padded, (r, got["params"], got["grads"])
+        assert got["optimizer_state"] == 8 * owned[r] + 4 * len(shapes), r
+
+
+def test_local_bytes_counts_whole_storages_once():
+    base = torch.zeros(6, 4)
+    assert D.local_bytes([base[:2], base[2:5], None, "not a tensor"]) == 96
+    assert D.local_bytes([torch.zeros(3), torch.zeros(0)]) == 12
+
+
+def test_phase_time_lines_up_every_strategy(two_ranks):
+    """The 06 timeline plot: every strategy's curve spans the same phases at the same x, though
+    their op counts differ (FSDP2 runs more ops; ZeRO-1's optimizer phase is shorter)."""
+    _, runs = two_ranks
+    n_ops = {}
+    for s in D.STRATEGIES:
+        timeline = runs[1][0][s]["timeline"]
+        x, live = D.phase_time(timeline)
+        assert len(x) == len(live) == len(timeline) and live == [b for _, b, _ in timeline]
+        assert x[0] == 0.0 and x[-1] == len(D.PHASES) and x == sorted(x), s
+        for i, phase in enumerate(D.PHASES):
+            inside = [xi for (p, _, _), xi in zip(timeline, x) if p == phase]
+            assert inside and inside[-1] == i + 1, (s, phase)
+            assert all(i < xi <= i + 1 for xi in inside), (s, phase)
+            n_ops[s, phase] = len(inside)
+    assert n_ops["zero1", "optimizer"] != n_ops["fsdp", "optimizer"], "op counts differ: the axis"
+
+
+def test_phase_time_rules():
+    x, live = D.phase_time([("start", 5, "track"), ("forward", 6, "a"), ("forward", 7, "b"),
+                            ("backward", 8, "c"), ("optimizer", 9, "d")])
+    assert x == [0.0, 0.5, 1.0, 2.0, 3.0] and live == [5, 6, 7, 8, 9]
+    with pytest.raises(ValueError, match="after"):
+        D.phase_time([("backward", 1, "a"), ("forward", 2, "b")])
+    with pytest.raises(ValueError, match="unknown phase"):
+        D.phase_time([("forward", 1, "a"), ("eval", 2, "b")])
 
 
 def test_sharded_gradients_equal_one_process(two_ranks):
@@ -88,6 +138,18 @@ def test_fsdp_timeline_gathers_then_frees(two_ranks):
     full_layer0 = 4 * math.prod(D.param_shapes(cfgs[1]["sizes"])[0])
     assert max(b for b, _ in forward) >= forward[0][0] + full_layer0 // 2, "no gathered parameters seen"
     assert any(op == "UntypedStorage.resize_" for _, op in forward), "FSDP2 no longer frees with resize_"
+
+
+def test_fsdp_backward_prefetches_the_next_layer(two_ranks):
+    """FSDP2's default backward prefetch (FSDPParamGroup._backward_prefetch): the last layer's
+    pre-backward also all-gathers the layer before it, so two layers are gathered before the
+    first reduce-scatter (the 06 text: about two layers unsharded at the peak, not one)."""
+    _, runs = two_ranks
+    ops = [op for phase, _, op in runs[1][0]["fsdp"]["timeline"] if phase == "backward"]
+    gathers = [i for i, op in enumerate(ops) if op.startswith("_allgather_base_")]
+    scatters = [i for i, op in enumerate(ops) if op.startswith("_reduce_scatter_base_")]
+    assert len(gathers) >= 2 and scatters, (gathers, scatters)
+    assert gathers[1] < scatters[0], "no prefetch: 2nd gather after the 1st reduce-scatter"
 
 
 @pytest.mark.slow

@@ -188,4 +188,16 @@ MUTANTS = [
         klass=1,
         why="uses the scaler whenever autocast is on: bf16 needs no scaler, and scaler=None is allowed",
     ),
+    Mutant(
+        id="twa_autocast_device_from_machine",
+        cell="train_with_accumulation",
+        find="    device_type = next(model.parameters()).device.type\n",
+        replace="    device_type = \"cuda\" if torch.cuda.is_available() else \"cpu\"\n",
+        lose=(_HIDDEN_3,),
+        says="not from the machine",
+        klass=3,
+        why="autocast's device taken from the machine, not the model: a GPU learner's CPU model "
+            "(or a CUDA model checked the other way) trains in fp32; the CPU grader sees it only "
+            "on a meta-device model (blind round r2)",
+    ),
 ]

@@ -1,8 +1,10 @@
 """Mutants of 06_sharding (see tests/mutants/__init__.py).
 
 The notebook's own model has even widths on 2 ranks, where most wrong sharding rules give the
-right bytes (d0 // 2 == ceil(d0 / 2), an even split of numel equals a split of rows); the hidden
-tests use odd and tiny widths and 3-4 ranks by the rules."""
+right bytes (d0 // 2 == ceil(d0 / 2), an even split of numel equals a split of rows, nothing is
+padded); the hidden tests use odd and tiny widths and 3-4 ranks by the rules. FSDP2's rule
+(torch/distributed/fsdp/_fully_shard/_fsdp_param.py): parameter storage padded to ceil(d0 / N)
+rows on every rank, Adam state on the rank's own torch.chunk rows, not padded."""
 from mutants import Mutant
 
 _P = "predict_rank_bytes"
@@ -10,6 +12,7 @@ _R = "reference_grads"
 _P_HIDDEN = "test_predict_rank_bytes_hidden"
 _R_HIDDEN = "test_reference_grads_hidden"
 _ROWS = "rows = max(0, min(chunk, d0 - rank * chunk))"
+_PADDED = 'out[rank]["params"] += 4 * chunk * per_row'
 _ZERO1_RANK = "rank = load.index(min(load))"
 
 MUTANTS = [
@@ -51,7 +54,7 @@ MUTANTS = [
         lose=(_P_HIDDEN,),
         says="not d0 // N",
         klass=2,
-        why="d0 // N rows per rank: the remainder rows vanish; equal for the notebook's even widths on 2 ranks",
+        why="d0 // N rows of Adam state per rank: the remainder rows vanish (even widths hide it)",
     ),
     Mutant(
         id="shard_fsdp_ceil_every_rank",
@@ -59,9 +62,9 @@ MUTANTS = [
         find=_ROWS,
         replace="rows = chunk",
         lose=(_P_HIDDEN,),
-        says="fewer rows or none",
+        says="not padded",
         klass=2,
-        why="every rank gets ceil(d0 / N) rows (padding counted): equal for even widths on 2 ranks",
+        why="Adam state padded like the parameters, ceil(d0 / N) rows on every rank",
     ),
     Mutant(
         id="shard_fsdp_array_split",
@@ -72,6 +75,36 @@ MUTANTS = [
         says="torch.chunk",
         klass=2,
         why="np.array_split / tensor_split sizes instead of torch.chunk: identical on 2 ranks, not on 3-4",
+    ),
+    Mutant(
+        id="shard_fsdp_params_unpadded",
+        cell=_P,
+        find=_PADDED,
+        replace='out[rank]["params"] += 4 * rows * per_row',
+        lose=(_P_HIDDEN,),
+        says="padded to ceil(d0 / N) rows",
+        klass=2,
+        why="counts the owned rows (to_local()), not the padded storage FSDP2 allocates",
+    ),
+    Mutant(
+        id="shard_fsdp_params_flat_padded",
+        cell=_P,
+        find=_PADDED,
+        replace='out[rank]["params"] += 4 * -(-numel // world_size)',
+        lose=(_P_HIDDEN,),
+        says="not ceil(numel / N)",
+        klass=2,
+        why="FSDP1's flat padding (numel rounded up to N) instead of FSDP2's per-row padding",
+    ),
+    Mutant(
+        id="shard_fsdp_empty_rank_no_storage",
+        cell=_P,
+        find=_PADDED,
+        replace='out[rank]["params"] += 4 * (chunk if rows else 0) * per_row',
+        lose=(_P_HIDDEN,),
+        says="even on a rank with no rows",
+        klass=2,
+        why="a rank owning no rows stores nothing (FSDP2 still allocates its padded shard)",
     ),
     Mutant(
         id="shard_fsdp_step_if_rows",

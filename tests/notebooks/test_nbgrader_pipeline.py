@@ -45,7 +45,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import cores_per_worker, make_course, nbgrader_meta, trim_to_graded, with_answer  # noqa: F401
+from course_support import (cores_per_worker, frame_problems, learner_dependent_cells,  # noqa: F401
+                            make_course, nbgrader_meta, trim_to_graded, with_answer)
 from memlab.autograde import cli as instructor
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 from memlab.tools import envcheck  # noqa: F401
@@ -308,13 +309,31 @@ def test_source_notebooks_follow_the_authoring_rules(path):
         assert m.get("schema_version") == 3
         if is_autograder_test(cell):
             assert m.get("locked") and m.get("points", 0) > 0, f"test cell {m['grade_id']}: locked, points > 0"
-            assert cell.source.lstrip().startswith('"""'), f"test cell {m['grade_id']} must open with a docstring"
+            # a cell of hidden tests only opens with comments instead: its release keeps nothing
+            # else, and a lone docstring there is echoed as the cell's output
+            released = ast.parse(HIDDEN.sub("", cell.source)).body
+            assert not (released and all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                         for n in released)), (
+                f"test cell {m['grade_id']}: its release is a lone docstring, which a learner's "
+                "Run All shows as output; write it as '# Hidden tests: ...' comment lines")
+            head = '"""' if released else "# Hidden tests"
+            assert cell.source.lstrip().startswith(head), (
+                f"test cell {m['grade_id']} must open with {head!r}")
             for node in ast.walk(ast.parse(cell.source)):
                 assert not (isinstance(node, ast.Assert) and node.msg is None), (
                     f"test cell {m['grade_id']} line {node.lineno}: every assert needs a message "
                     "that says what to fix (learners see no line numbers)")
         if m.get("solution") and cell.cell_type == "code":
             assert "### BEGIN SOLUTION" in cell.source, f"answer cell {m['grade_id']} has no ### BEGIN SOLUTION"
+    frame = frame_problems(nb.cells)
+    assert not frame, f"{path.name}: the learner's frame is incomplete: {'; '.join(frame)}"
+    # Run All never stops on a learner's half-written answer: a demo cell that runs the learner's
+    # code goes on past an error like the answer and test cells do (docs/AUTHORING.md)
+    for i in learner_dependent_cells(nb.cells):
+        cell = nb.cells[i]
+        assert "raises-exception" in cell.metadata.get("tags", []), (
+            f"cell {nbgrader_meta(cell).get('grade_id', cell.get('id'))} runs a learner's code "
+            "(it reads a name an answer cell defines) but has no raises-exception tag")
     headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown" and c.source]
     assert any(h.strip() == "## Exercises" for h in headings), "the notebook must end with an '## Exercises' section"
 

@@ -107,3 +107,22 @@ def test_learner_lab_has_no_instructor_tools_and_no_news(course):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.mark.parametrize("command", ["learner", "instructor"])
+def test_jupyterlabs_own_options_pass_through(monkeypatch, command):
+    seen = {}
+
+    def fake_command(*args, extra=(), **kwargs):
+        seen["extra"] = list(extra)
+        return (["/bin/true"], {}) if command == "learner" else (["/bin/true"], {}, ".")
+
+    monkeypatch.setattr(lab, "sync_working_copy", lambda *a, **k: [])
+    monkeypatch.setattr(lab, "releases", lambda *a, **k: [])
+    monkeypatch.setattr(lab, f"{command}_command", fake_command)
+    monkeypatch.setattr(lab.os, "chdir", lambda path: None)
+    monkeypatch.setattr(lab.os, "execve", lambda *a: seen.setdefault("exec", a))
+    lab.main([command, "--port=8899", "--no-browser"])
+    assert seen["extra"] == ["--port=8899", "--no-browser"]
+    with pytest.raises(SystemExit):
+        lab.main(["releases", "--port=8899"])      # a command that starts no JupyterLab refuses it

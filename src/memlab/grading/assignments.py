@@ -49,6 +49,7 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
     Assignment("00_setup", forbidden={"tensor_bytes": ("memlab.storage_bytes",)}),
     Assignment(
         "01_where_memory_goes", lesson="calculator", report_hooks=_WRITTEN,
+        rubrics=("peak_moves", "bytes_conventions"),
         forbidden={
             "count_param_bytes": ("memlab.param_bytes",),
             "count_grad_bytes": ("memlab.grad_bytes",),

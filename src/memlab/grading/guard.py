@@ -35,6 +35,7 @@ import sys
 from typing import Any
 
 from memlab.grading import assignments as _assignments
+from memlab.grading import visible as _visible
 
 __all__ = ["TamperError", "guard", "tampered", "original", "WATCHED", "LESSON_HELPERS"]
 
@@ -160,6 +161,17 @@ def _from_trusted_module(obj: Any) -> bool:
     return mod.split(".")[0] in _IPYTHON_MODULES
 
 
+# The one custom handler a kernel may have: memlab's own, which shows nbgrader's stub as one line
+# and still reports the error (memlab.grading.visible.install_calm_stubs). Captured here, before
+# any learner code runs, so a notebook that rebinds the module's function is still refused.
+_CALM_TB = _visible._calm_custom_tb
+
+
+def _calm_handler(ip: Any) -> bool:
+    return (getattr(ip, "custom_exceptions", None) == (NotImplementedError,)
+            and getattr(getattr(ip, "CustomTB", None), "__func__", None) is _CALM_TB)
+
+
 def _ipython_problems() -> list[str]:
     problems = []
     get_ipython = getattr(builtins, "get_ipython", None)
@@ -171,7 +183,7 @@ def _ipython_problems() -> list[str]:
         return ["get_ipython() was replaced"]
     if ip is None:
         return problems
-    if getattr(ip, "custom_exceptions", ()) not in ((), None):
+    if getattr(ip, "custom_exceptions", ()) not in ((), None) and not _calm_handler(ip):
         problems.append("IPython.set_custom_exc was used (it hides test failures)")
     if getattr(ip, "ast_transformers", []):
         problems.append("an IPython AST transformer was installed (it rewrites test cells)")

@@ -51,7 +51,8 @@ import warnings
 from types import TracebackType
 from typing import Any
 
-__all__ = ["visible_test", "waiting_for", "PASS", "FAIL", "NOT_WRITTEN", "WAITING"]
+__all__ = ["visible_test", "waiting_for", "install_calm_stubs", "PASS", "FAIL", "NOT_WRITTEN",
+           "WAITING"]
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -126,6 +127,29 @@ def _undefined_name(exc: BaseException) -> str | None:
     return None
 
 
+def _notebook_function(tb: TracebackType | None) -> str | None:
+    """The notebook function (not a cell's top level) where the error was raised, if any."""
+    frames = _frames(tb)
+    if frames and _in_notebook(frames[-1]) and frames[-1].f_code.co_name != "<module>":
+        code = frames[-1].f_code
+        return getattr(code, "co_qualname", code.co_name)
+    return None
+
+
+def _undefined_hint(name: str) -> str:
+    import importlib.util
+
+    try:
+        module = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        module = False
+    if module:
+        return (f"a missing import (add `import {name}` at the top of that answer cell), not "
+                "an exercise to wait for")
+    return ("a typo or a missing import, or a cell above that defines it has not run yet "
+            "(a bug in your code, not an exercise to wait for)")
+
+
 class _StderrCapture:
     """Everything written to stderr while active: ``sys.stderr`` and file descriptor 2."""
 
@@ -170,6 +194,50 @@ class _StderrCapture:
 def _describe(w: warnings.WarningMessage) -> str:
     where = f"{os.path.basename(str(w.filename))}:{w.lineno}" if w.filename else "?"
     return f"{w.category.__name__}: {str(w.message).strip()} (at {where})"
+
+
+def _stub_line(exc: BaseException, owner: str | None) -> str:
+    said = str(exc).strip()
+    if said:
+        return f"{NOT_WRITTEN}: {said}"
+    if owner:
+        return (f"{NOT_WRITTEN}: write {owner} in its answer cell above (it still raises "
+                "NotImplementedError())")
+    return (f"{NOT_WRITTEN}: write your answer here in place of raise NotImplementedError(), "
+            "then run this cell again")
+
+
+def _calm_custom_tb(shell: Any, etype: type, value: BaseException, tb: TracebackType | None,
+                    tb_offset: int | None = None) -> None:
+    """IPython's handler for NotImplementedError (installed by :func:`install_calm_stubs`).
+
+    nbgrader's stub left in a notebook cell shows one line instead of a traceback; any other
+    NotImplementedError (torch's, a line a visible test already set) shows as IPython would.
+    Either way it is shown through ``shell.showtraceback``, so the cell still has an error
+    output with ``ename`` NotImplementedError: nbgrader scores a test cell 0 exactly as before.
+    """
+    stub, owner = _stub_owner(value, tb)
+    if stub and not hasattr(value, "_render_traceback_"):
+        _one_line(value, _stub_line(value, owner))
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+
+
+def install_calm_stubs(shell: Any) -> bool:
+    """Show an unfinished exercise as one line: ``not written yet: ...`` (True if installed).
+
+    An untouched release raises nbgrader's stub in every answer cell a Run All reaches; with
+    IPython's default display each is a full red traceback (07 had 66). This registers
+    :func:`_calm_custom_tb` as the kernel's handler for NotImplementedError, unless the kernel
+    already has a custom handler. ``memlab.grading.guard`` accepts exactly this handler and
+    refuses any other (a custom handler can hide a test's failure).
+    """
+    if shell is None or getattr(shell, "custom_exceptions", None) not in ((), None):
+        return False
+    import types
+
+    shell.CustomTB = types.MethodType(_calm_custom_tb, shell)
+    shell.custom_exceptions = (NotImplementedError,)
+    return True
 
 
 class visible_test:
@@ -244,6 +312,14 @@ class visible_test:
             _one_line(exc, line)
             return False  # the original NotImplementedError propagates: nbgrader scores 0
         if missing is not None:
+            where = _notebook_function(tb)
+            if missing not in self.names and where is not None:
+                # the learner's own code names something that does not exist: a bug to fix,
+                # shown with its traceback (the line), not an exercise to wait for
+                exc.add_note(f"{FAIL} {self.label}: your code in {where}() uses the name "
+                             f"{missing!r}, which nothing defines: {_undefined_hint(missing)}"
+                             f"{also}")
+                return False
             if missing in self.names:
                 line = f"{NOT_WRITTEN}: write {missing} in the answer cell above (and run that cell)"
             else:

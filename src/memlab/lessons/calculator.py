@@ -54,6 +54,24 @@ is a lower bound there.
 the four consumers against common GPU sizes (16, 24, 40, 80 GiB; GPUs sold as "80 GB" have
 80 GiB: nvidia-smi reports 81920 MiB on an A100 80GB). ipywidgets and matplotlib are imported
 only when the widget or a plot is built.
+
+What the widget does with what a learner types, and how it lays out (in JupyterLab 4;
+tests/notebooks/test_calculator_browser.py checks it in Chromium):
+
+- batch size is a text box, not a slider: batches span 1 to 10^5 and more (a serving batch, a
+  global batch), no slider range fits them, and a slider's readout cuts a typed value to its end
+  in the browser without telling Python. Any whole number >= 1 is used as typed; 0 or less is
+  refused with a message (as an impossible heads value is), the last chart stays.
+- the shape sliders cover published models (layers <= 128, hidden <= 16384, ...); a value typed
+  past a slider's end is set to the end by the browser, so while a slider sits at an end the
+  widget says so and names the :func:`estimate` call for values outside (``_range_notes``).
+- the "= heads" kv-heads option has the value 0 (``KV_SAME``), not None: ipywidgets reads a
+  Dropdown value of None as "nothing selected" and draws it blank.
+- serving disables the controls that do not apply to it (``TRAINING_ONLY``: optimizer,
+  attention, checkpointing), with a note saying why; training enables them again.
+- the two columns (controls; chart and summary) have fixed widths and do not shrink, and wrap
+  under each other when the notebook is narrow: a long message (an impossible heads value)
+  wraps inside its column instead of widening it over the controls.
 """
 from __future__ import annotations
 
@@ -68,7 +86,7 @@ from ..measure.units import GiB, fmt_bytes
 __all__ = [
     "DEFAULTS", "PRECISIONS", "OPTIMIZERS", "ATTENTIONS", "GPU_SIZES", "CONSUMERS",
     "SERVING_KEYS", "params_from_shape", "layer_activation_bytes", "estimate",
-    "plot_estimate",
+    "TRAINING_ONLY", "plot_estimate",
     "calculator_widget",
 ]
 
@@ -109,6 +127,11 @@ SERVING_KEYS = ("kv cache",)
 # Common GPU memory sizes, binary (what nvidia-smi shows, minus a little ECC/reserve).
 GPU_SIZES = {"16 GiB (V100, T4)": 16 * GiB, "24 GiB (RTX 4090, A10)": 24 * GiB,
              "40 GiB (A100 40GB)": 40 * GiB, "80 GiB (A100/H100 80GB)": 80 * GiB}
+
+# Widget controls that only a training step uses: disabled in serving mode (calculator_widget).
+TRAINING_ONLY = ("optimizer", "attention", "checkpointing")
+# The kv-heads dropdown's value for "as many as heads" (config None; see the module docstring).
+KV_SAME = 0
 
 _INT_KEYS = ("layers", "hidden", "heads", "vocab", "seq_len", "batch", "dropout_mask_bytes")
 
@@ -269,7 +292,9 @@ def plot_estimate(result: Mapping[str, int], ax: Any = None, title: str | None =
         _, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
     colors = {"parameters": "tab:blue", "gradients": "tab:orange",
               "optimizer state": "tab:green", "activations": "tab:red", "kv cache": "tab:purple"}
-    keys = CONSUMERS + tuple(k for k in SERVING_KEYS if result.get(k))
+    serving = any(result.get(k) for k in SERVING_KEYS)  # then the training rows are 0: left out
+    keys = tuple(k for k in CONSUMERS if result[k] or not serving or k == "parameters") + tuple(
+        k for k in SERVING_KEYS if result.get(k))
     bottom = 0.0
     for key in keys:
         height = result[key] / GiB
@@ -300,16 +325,56 @@ def _figure_png(result: Mapping[str, int], title: str) -> bytes:
     return buf.getvalue()
 
 
+# The widgets' HTML texts wrap inside their column (ipywidgets' own line height is one control's).
+_TEXT_CSS = "white-space: normal; line-height: 1.4"
+_SERVING_NOTE = (f"<div style='{_TEXT_CSS}; color: #555'><i>Serving:</i> "
+                 + ", ".join(TRAINING_ONLY[:-1]) + f" and {TRAINING_ONLY[-1]} apply to training "
+                 "only (no gradients, no optimizer state, nothing saved for a backward pass), so "
+                 "they are off.</div>")
+
+
+def _error_html(title: str, text: str) -> str:
+    return (f"<div style='{_TEXT_CSS}'><b style='color:#b00'>{title}</b> "
+            f"{html.escape(text)}</div>")
+
+
+def _slider_bounds(w: Any) -> tuple[float, float]:
+    """(lowest, highest) value of an ipywidgets slider; a log slider's min/max are exponents."""
+    if hasattr(w, "base"):
+        return w.base ** w.min, w.base ** w.max
+    return w.min, w.max
+
+
+def _range_notes(controls: Mapping[str, Any]) -> list[str]:
+    """One sentence per enabled slider that sits at an end of its range: there the browser sets
+    a value typed past the end to the end, so the learner is told (the module docstring)."""
+    notes = []
+    for key, w in controls.items():
+        if not hasattr(w, "readout_format") or w.disabled:   # sliders only (not batch)
+            continue
+        lo, hi = _slider_bounds(w)
+        fmt = (lambda v: f"{v:g}") if isinstance(w.value, float) else (lambda v: f"{int(v)}")
+        at = hi if w.value >= hi * (1 - 1e-9) else lo if w.value <= lo * (1 + 1e-9) else None
+        if at is None:
+            continue
+        name = "n_params" if key == "n_params_billion" else key
+        notes.append(f"<b>{html.escape(w.description)}</b> = {fmt(at)} is the end of its slider "
+                     f"({fmt(lo)} to {fmt(hi)}): a value typed past it is set to {fmt(at)}. "
+                     f"Other values: <code>ml.calculator.estimate({name}=...)</code>.")
+    return notes
+
+
 def _summary_html(result: Mapping[str, int], n_params: int, serving: bool = False) -> str:
     keys = ("parameters", "kv cache") if serving else CONSUMERS
     rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{fmt_bytes(result[k])}</td></tr>"
                    for k in keys)
     fits = [name.split(" (")[0] for name, size in GPU_SIZES.items() if result["total"] <= size]
     verdict = f"fits on {fits[0]} and larger" if fits else "does not fit on one 80 GiB GPU"
-    return (f"<b>parameters: {n_params / 1e9:.3f} B</b><table>{rows}"
+    return (f"<div style='{_TEXT_CSS}'><b>parameters: {n_params / 1e9:.3f} B</b><table>{rows}"
             f"<tr><td><b>total</b></td><td style='text-align:right'><b>{fmt_bytes(result['total'])}"
             f"</b></td></tr></table>{verdict} (before "
-            f"{'the temporaries of one forward' if serving else 'temporaries'} and allocator overhead)")
+            f"{'the temporaries of one forward' if serving else 'temporaries'} and allocator "
+            "overhead)</div>")
 
 
 def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any):
@@ -318,19 +383,24 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
     Returns an ``ipywidgets.VBox`` (display it as a cell's last expression). For scripting and
     tests it has ``.controls`` (name -> widget; set ``.value`` to change an input), ``.summary``
     (HTML with the numbers), ``.image`` (the PNG bar chart), ``.result`` (the latest
-    :func:`estimate` dict), ``.config`` (the latest config) and ``.update()``.
+    :func:`estimate` dict), ``.config`` (the latest config) and ``.update()``; ``.serving_note``
+    (shown in serving mode: why :data:`TRAINING_ONLY` are disabled) and ``.range_note`` (shown
+    while a slider sits at an end of its range). The module docstring says what the widget does
+    with values typed into it.
     """
     import ipywidgets as W
 
     cfg = _config(config, overrides)
-    style = {"description_width": "110px"}
-    lay = W.Layout(width="380px")
+    style = {"description_width": "130px"}   # the longest label, "sequence length", with room
+    lay = W.Layout(width="400px")
 
     def slider(cls, value, description, **kw):
         return cls(value=value, description=description, continuous_update=False,
                    style=style, layout=lay, **kw)
 
     from_shape = cfg["n_params"] is None
+    kv_options = [("= heads (multi-head)", KV_SAME), ("1 (multi-query)", 1)] + [
+        (str(g), g) for g in sorted({2, 4, 8, 16, 32, cfg["kv_heads"] or 2} - {1})]
     controls = {
         "params_from_shape": W.Checkbox(value=from_shape, description="parameters from shape",
                                         style=style, layout=lay),
@@ -340,13 +410,13 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
         "layers": slider(W.IntSlider, cfg["layers"], "layers", min=1, max=128),
         "hidden": slider(W.IntSlider, cfg["hidden"], "hidden size", min=64, max=16384, step=64),
         "heads": slider(W.IntSlider, cfg["heads"], "heads", min=1, max=128),
-        "kv_heads": W.Dropdown(options=[("= heads (multi-head)", None), ("1 (multi-query)", 1)]
-                               + [(str(g), g) for g in (2, 4, 8, 16, 32)],
-                               value=cfg["kv_heads"] if cfg["kv_heads"] in (None, 1, 2, 4, 8, 16, 32)
-                               else None, description="kv heads", style=style, layout=lay),
+        "kv_heads": W.Dropdown(options=kv_options, value=cfg["kv_heads"] or KV_SAME,
+                               description="kv heads", style=style, layout=lay),
         "vocab": slider(W.IntSlider, cfg["vocab"], "vocabulary", min=256, max=262144, step=256),
         "seq_len": slider(W.IntSlider, cfg["seq_len"], "sequence length", min=16, max=32768, step=16),
-        "batch": slider(W.IntSlider, cfg["batch"], "batch size", min=1, max=256),
+        # a text box: any batch is typed as it is (the module docstring)
+        "batch": W.IntText(value=cfg["batch"], description="batch size", continuous_update=False,
+                           style=style, layout=lay),
         "precision": W.Dropdown(options=list(PRECISIONS), value=cfg["precision"],
                                 description="precision", style=style, layout=lay),
         "optimizer": W.Dropdown(options=list(OPTIMIZERS), value=cfg["optimizer"],
@@ -358,19 +428,41 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
         "serving": W.Checkbox(value=cfg["serving"], description="serving (weights + KV cache)",
                               style=style, layout=lay),
     }
-    summary = W.HTML()
-    image = W.Image(format="png", layout=W.Layout(width="495px"))
+    summary = W.HTML(layout=W.Layout(width="100%")).add_class("memlab-calculator-summary")
+    image = W.Image(format="png", layout=W.Layout(width="495px", max_width="100%"))
+    text_lay = dict(width="400px", margin="2px 2px 2px 8px")
+    serving_note = W.HTML(_SERVING_NOTE, layout=W.Layout(display="none", **text_lay))
+    range_note = W.HTML(layout=W.Layout(display="none", **text_lay))
+    for note in (serving_note, range_note):
+        note.add_class("memlab-calculator-note")
 
     class CalculatorWidget(W.VBox):
+        def _show_range_notes(self) -> None:
+            notes = _range_notes(controls)
+            range_note.value = (f"<div style='{_TEXT_CSS}; color: #8a5a00'>"
+                                + "<br>".join(notes) + "</div>") if notes else ""
+            range_note.layout.display = "flex" if notes else "none"
+
         def update(self, *_: Any) -> None:
             c = dict(cfg)
             for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "batch",
                         "precision", "optimizer", "attention", "checkpointing", "serving"):
                 c[key] = controls[key].value
+            c["kv_heads"] = c["kv_heads"] or None      # KV_SAME (or no selection): = heads
+            for key in TRAINING_ONLY:                  # serving: these do not apply
+                controls[key].disabled = c["serving"]
+                controls[key].tooltip = "training only" if c["serving"] else None
+            serving_note.layout.display = "flex" if c["serving"] else "none"
+            self._show_range_notes()
+            if type(c["batch"]) is not int or c["batch"] < 1:
+                summary.value = _error_html(
+                    "No such batch:", f"batch size {c['batch']}: a batch holds at least one "
+                    "sequence; type 1 or more.")
+                return
             try:
                 shape_params = params_from_shape(c, n_params=None)
             except ValueError as err:
-                summary.value = f"<b style='color:#b00'>No such model:</b> {html.escape(str(err))}"
+                summary.value = _error_html("No such model:", str(err))
                 return
             if controls["params_from_shape"].value:
                 c["n_params"] = None
@@ -386,15 +478,25 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
             try:
                 result = estimate(c)
             except ValueError as err:  # an impossible shape: say why, keep the last chart
-                summary.value = f"<b style='color:#b00'>No such model:</b> {html.escape(str(err))}"
+                summary.value = _error_html("No such model:", str(err))
                 return
             n = shape_params if c["n_params"] is None else c["n_params"]
             self.config, self.result = c, result
             summary.value = _summary_html(result, n, c["serving"])
             image.value = _figure_png(result, f"total {fmt_bytes(result['total'])}")
+            self._show_range_notes()                # the n_params slider may have moved
 
-    box = CalculatorWidget([W.HBox([W.VBox(list(controls.values())), W.VBox([image, summary])])])
+    # Fixed-width columns that never shrink for each other; a narrow notebook wraps the chart
+    # under the controls (and scales it down to the notebook's width).
+    fixed = dict(flex="0 0 auto")
+    left = W.VBox([*controls.values(), serving_note, range_note],
+                  layout=W.Layout(width="420px", **fixed))
+    right = W.VBox([image, summary],   # 100% less its 2 px margins
+                   layout=W.Layout(width="510px", max_width="calc(100% - 4px)", **fixed))
+    box = CalculatorWidget([W.HBox([left, right], layout=W.Layout(
+        flex_flow="row wrap", align_items="flex-start"))])
     box.controls, box.summary, box.image = controls, summary, image
+    box.serving_note, box.range_note = serving_note, range_note
     box._syncing = False
 
     def on_change(change: Any) -> None:

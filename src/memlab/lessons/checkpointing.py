@@ -21,7 +21,8 @@ the region's forward again during the backward pass to rebuild what it needs. In
 - :func:`loss_and_grads`, :func:`max_abs_diff`: compare a checkpointed model with the original
   on the same seed (dropout included);
 - :func:`median_time`, :func:`time_ratio`: wall-clock time per call as a median of repeats
-  (CUDA synchronized), and the ratio of two such medians measured interleaved;
+  (CUDA synchronized), and the ratio of two such medians measured interleaved, with the
+  interquartile range of its rounds as the spread and a ``warning`` when that is too wide;
 - :func:`tanh_chain`: a chain of ``Linear -> Tanh`` layers, where a kept layer input costs about
   as much as a layer's activations (the setting of Chen et al.'s ``n/k + k``);
 - :func:`gpt2_block_forward`: a :class:`memlab.models.GPT2Block` with no, selective or full

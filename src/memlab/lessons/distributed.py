@@ -10,9 +10,10 @@ free port. Every rank builds the same small MLP
 (:func:`make_mlp`), wraps it with each strategy, runs ONE training step on its own batch
 (:func:`rank_batches`) and reports, per rank:
 
-- ``params`` / ``grads`` / ``optimizer_state``: bytes of the tensors this rank holds (for FSDP2
-  DTensors, the local shard: ``to_local()``); optimizer state includes Adam's 4-byte ``step``
-  tensor per parameter tensor this rank holds state for;
+- ``params`` / ``grads`` / ``optimizer_state``: bytes of the storages this rank holds for them
+  (:func:`local_bytes`: each distinct storage once, whole; for FSDP2 DTensors, the storage of
+  the local shard, padding included); optimizer state includes Adam's 4-byte ``step`` tensor per
+  parameter tensor this rank holds state for;
 - ``timeline``: live bytes op by op during the step (:class:`memlab.MemoryTracker`, which also
   follows ``UntypedStorage.resize_``, the call FSDP2 uses to free the gathered parameters);
 - ``comm``: bytes handed to each collective during the step (``torch.distributed`` functions
@@ -29,7 +30,18 @@ Strategies (``STRATEGIES``):
               by size, largest first, each to the rank with the fewest elements so far).
     ``fsdp``  FSDP2 ``torch.distributed.fsdp.fully_shard`` on every Linear and on the root:
               every parameter split along dim 0 into ``world_size`` chunks (``torch.chunk``
-              sizes: ``ceil(d0 / N)`` rows each, the last ranks may get fewer or none).
+              sizes: ``ceil(d0 / N)`` rows each, the last ranks may get fewer or none). Each
+              rank STORES its parameter shard and its gradient shard padded to ``ceil(d0 / N)``
+              rows, even a rank with no rows (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+              ``FSDPParam._init_sharded_param``: ``padded_sharded_size = chunks[0].size()``, the
+              parameter a ``narrow`` view of it; _fsdp_collectives.py, ``foreach_reduce``: one
+              reduce-scatter output per ``fully_shard`` module, each parameter's part
+              ``_get_dim0_padded_size``, each ``p.grad`` an ``as_strided`` view into it). Adam's
+              state is not padded (``torch.zeros_like`` of the DTensor in torch/optim/adam.py: the
+              rank's own rows only).
+
+:func:`phase_time` puts the op-by-op timelines of different strategies on one axis: each phase
+spans the same width whatever number of ops it took.
 
 References: Rajbhandari et al. 2020, "ZeRO" (arXiv 1910.02054); PyTorch docs "FSDP2
 fully_shard", "ZeroRedundancyOptimizer", "DDP communication hooks".
@@ -50,14 +62,15 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from memlab.measure.tracker import MemoryTracker
+from memlab.measure.tracker import MemoryTracker, storage_bytes
 
 __all__ = [
     "STRATEGIES", "RankError", "free_port", "launch", "make_mlp", "param_shapes", "rank_batches",
-    "loss_fn", "local_bytes", "ring_bytes_per_rank", "tp_activation_bytes",
+    "loss_fn", "local_bytes", "ring_bytes_per_rank", "tp_activation_bytes", "PHASES", "phase_time",
 ]
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
+PHASES = ("forward", "backward", "optimizer")  # the phases of the step every rank records
 
 
 class RankError(RuntimeError):
@@ -103,7 +116,8 @@ def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------- bookkeeping rules
 def _fsdp_rows(d0: int, world_size: int, rank: int) -> int:
-    """Rows of a dim-0 size ``d0`` parameter that FSDP2 keeps on ``rank`` (torch.chunk sizes)."""
+    """Rows of a dim-0 size ``d0`` parameter that FSDP2 gives ``rank`` (torch.chunk sizes): the
+    rows of its Adam state. Its parameter and gradient storage is padded to ``ceil(d0 / N)``."""
     chunk = -(-d0 // world_size)
     return max(0, min(chunk, d0 - rank * chunk))
 
@@ -141,15 +155,45 @@ def tp_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1,
 
 
 def local_bytes(tensors) -> int:
-    """Bytes of the data this rank holds for ``tensors`` (DTensor: its local shard)."""
-    total = 0
-    for t in tensors:
-        if t is None or not isinstance(t, torch.Tensor):
-            continue
-        if hasattr(t, "to_local"):
-            t = t.to_local()
-        total += t.numel() * t.element_size()
-    return total
+    """Bytes of the storage this rank holds for ``tensors``: every distinct storage once and
+    whole (DTensor: its local shard's). FSDP2's shards are views of padded storage (a parameter:
+    its first rows of a ``ceil(d0 / N)``-row buffer; the gradients of one ``fully_shard``
+    module: views into one padded reduce-scatter output), so the padding counts, as it does in
+    the rank's memory. ``None`` and non-tensors are skipped."""
+    return storage_bytes(t for t in tensors if isinstance(t, torch.Tensor))
+
+
+def phase_time(timeline: Sequence[Sequence], phases: Sequence[str] = PHASES
+               ) -> tuple[list[float], list[int]]:
+    """``(x, live_bytes)`` to plot a ``timeline`` of ``(phase, bytes, op)`` points against
+    phase-normalised time: phase ``i`` of ``phases`` spans ``(i, i + 1]`` whatever its number of
+    ops (its k-th of n points at ``i + k / n``, k = 1..n, so it ends at ``i + 1``); points before
+    the first phase (the tracker's ``"start"``) are at 0. Strategies run different numbers of ops
+    per phase (FSDP2's gathers and frees), so against the op index their phases do not line up.
+    Raises ValueError for a phase out of order, or an unknown one after the step began."""
+    phases = list(phases)
+    counts = {p: 0 for p in phases}
+    for phase, *_ in timeline:
+        if phase in counts:
+            counts[phase] += 1
+    xs: list[float] = []
+    ys: list[int] = []
+    seen = {p: 0 for p in phases}
+    current = -1
+    for phase, n_bytes, *_ in timeline:
+        if phase in counts:
+            i = phases.index(phase)
+            if i < current:
+                raise ValueError(f"phase {phase!r} after {phases[current]!r}: expected {phases}")
+            current = i
+            seen[phase] += 1
+            xs.append(i + seen[phase] / counts[phase])
+        elif current < 0:
+            xs.append(0.0)
+        else:
+            raise ValueError(f"unknown phase {phase!r} during the step (phases: {phases})")
+        ys.append(int(n_bytes))
+    return xs, ys
 
 
 # ------------------------------------------------------------------------ launching

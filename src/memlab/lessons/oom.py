@@ -386,8 +386,8 @@ def time_per_step(spec: JobSpec, config: JobConfig, baseline: JobConfig | None =
     ``repeats`` rounds that alternate the two, so a machine that slows down slows both.
 
     Returns a :class:`memlab.measure.timing.TimingResult`: ``median`` and ``baseline_median``
-    (seconds per effective batch), ``ratio`` (config / baseline) and ``spread`` (the lowest and
-    highest per-round ratio: show it next to the ratio). Compare ratios measured this way only
+    (seconds per effective batch), ``ratio`` (config / baseline) and ``spread`` (the middle half
+    of the per-round ratios: show it next to the ratio), ``warning`` when it is too wide. Compare ratios measured this way only
     with each other, each against its own baseline run.
     """
     if baseline is None:
@@ -533,10 +533,10 @@ def _time_cell(r: dict[str, Any]) -> str:
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     """Aligned text of the notebook's results: one row per variant with keys ``variant``,
     ``peak`` (bytes or None), ``fits``, ``seconds`` (per effective batch), ``time_ratio``
-    (against the plain job), ``time_spread`` (the lowest and highest per-round ratio, or None
+    (against the plain job), ``time_spread`` (the middle half of the per-round ratios, or None
     for the plain job itself), ``loss`` (held-out) and ``reference_loss``."""
     head = (f"{'variant':>24} {'peak':>11} {'fits':>5} {'ms/eff. batch':>13} "
-            f"{'time vs plain (5 rounds)':>24} {'loss':>7} {'vs ref':>7}")
+            f"{'time vs plain (mid-half)':>24} {'loss':>7} {'vs ref':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         peak = fmt_bytes(r["peak"]) if r.get("peak") is not None else "-"
@@ -573,7 +573,7 @@ def plot_results(rows: Sequence[dict[str, Any]], budgets: dict[str, int] | None 
            [max(0.0, hi - q) for q, (_, hi) in zip(ratios, spreads)]]
     ax[1].barh(names, ratios, color="tab:blue", xerr=err, capsize=3)
     ax[1].axvline(1.0, ls="--", color="k", lw=1)
-    ax[1].set_xlabel("time per effective batch (x plain job; bars: per-round range)")
+    ax[1].set_xlabel("time per effective batch (x plain job; bars: middle half of the rounds)")
     ax[1].invert_yaxis()
     ax[1].set_yticklabels([])
     ax[0].figure.tight_layout()

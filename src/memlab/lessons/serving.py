@@ -8,7 +8,8 @@ tests), tests/lessons/test_serving.py, memlab.tools.gpucheck (per-technique benc
 - :func:`generate`: greedy generation with :class:`memlab.models.TinyGPT`, either recomputing
   the whole sequence for every new token, or prefilling a KV cache once and then feeding one
   token per step through a learner's ``attention(block, x, cache) -> (out, cache)``;
-- :func:`step_times`: seconds per generated token, with and without a cache;
+- :func:`step_times`: seconds per generated token, with and without a cache (medians over
+  repeated generations and neighbouring tokens, so the trend shows on a busy machine);
 - :class:`TinyDecoder`: a small decoder LM with grouped-query attention (Ainslie et al. 2023,
   "GQA", arXiv 2305.13245; ``kv_heads`` < ``heads``) and a KV cache built in, for the GQA lever
   and capacity planning;
@@ -24,6 +25,7 @@ Every helper takes its model, inputs and device as arguments and reads no notebo
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -121,8 +123,32 @@ def generate(model: nn.Module, prompt: torch.Tensor, n_new: int,
 
 
 def step_times(model: nn.Module, prompt: torch.Tensor, n_new: int,
-               attention: Callable[..., tuple[torch.Tensor, Cache]] | None = None) -> list[float]:
-    """Seconds spent on each generated token (the first one includes the prefill)."""
+               attention: Callable[..., tuple[torch.Tensor, Cache]] | None = None, *,
+               repeats: int = 3, window: int = 5) -> list[float]:
+    """Seconds spent on each generated token (the first one includes the prefill).
+
+    The generation runs ``repeats`` times, one after the other, and each token's time is the
+    median of the times of the tokens within ``window // 2`` of it (fewer near either end, so
+    that a straight trend stays straight) in every run: ``repeats * window`` single times per
+    point, so a token slowed by another program does not show as a spike, and the trend of time
+    with sequence length does. The prefill (token 0) is the median of its own ``repeats`` times.
+    ``repeats=1, window=1``: the single times of one generation.
+    """
+    if repeats < 1 or window < 1:
+        raise ValueError(f"repeats ({repeats}) and window ({window}) must be >= 1")
+    runs = [_one_generation_times(model, prompt, n_new, attention) for _ in range(repeats)]
+    half = window // 2
+    smoothed = []
+    for i in range(n_new):
+        k = 0 if i == 0 else min(half, i - 1, n_new - 1 - i)
+        smoothed.append(statistics.median(run[j] for run in runs for j in range(i - k, i + k + 1)))
+    return smoothed
+
+
+def _one_generation_times(model: nn.Module, prompt: torch.Tensor, n_new: int,
+                          attention: Callable[..., tuple[torch.Tensor, Cache]] | None
+                          ) -> list[float]:
+    """Seconds of each generated token of one generation, one call each."""
     model.eval()
     times: list[float] = []
     tokens = prompt

@@ -186,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("reset", help="replace my-notebooks/<NN>... with its release (keeps a backup)")
     p.add_argument("which", help="assignment number or name, e.g. 03")
     sub.add_parser("releases", help="which releases are newer than your working copy")
-    args = parser.parse_args(argv)
+    # JupyterLab's own options (--port=8899, --no-browser, ...) pass through to jupyter lab
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command not in ("learner", "instructor"):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    extra = list(getattr(args, "extra", [])) + unknown
     if args.command == "sync":
         for rel in sync_working_copy():
             print(f"copied {RELEASE}/{rel} -> {WORK}/{rel}")
@@ -204,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         newer = [rel for rel, status in releases() if status.startswith("NEWER")]
         if newer:
             print(f"newer releases exist for {', '.join(newer)}: `make releases` says more")
-        cmd, env = learner_command(extra=args.extra)
+        cmd, env = learner_command(extra=extra)
         os.execve(cmd[0], cmd, env)
-    cmd, env, cwd = instructor_command(extra=args.extra)
+    cmd, env, cwd = instructor_command(extra=extra)
     os.chdir(cwd)
     os.execve(cmd[0], cmd, env)
     return 0

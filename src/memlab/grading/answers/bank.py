@@ -1,6 +1,7 @@
 """The course's short-answer rubrics, for :func:`memlab.grading.answers.grade.grade_text`.
 
-Used by: the written questions of 02 (``checkpointing_cost``), 03 (``fp16_loss_scaling``),
+Used by: the written questions of 01 (``peak_moves``, ``bytes_conventions``), 02
+(``checkpointing_cost``), 03 (``fp16_loss_scaling``),
 04 (``accumulation_equivalence``), 05 (``oom_before_batch``), 06 (``sharding_when_why``)
 and 07 (interview prep: all eight rubrics; ``activations_scaling``,
 ``allocated_vs_reserved``, ``sharding_when_why`` and ``kv_cache_tradeoff`` were written for it), and the self-study
@@ -14,12 +15,13 @@ words in between, inside one clause and never over a negation. Each pattern is a
 phrasing; when an instructor finds a correct answer that a rubric missed, add the
 phrasing here together with that answer as a labelled case in tests/grading/data/answers.jsonl.
 
-Sources for the facts: the course brief; REFERENCE.md (Chen et al. 2016 for
+Sources for the facts (each notebook cites them where it teaches them): Chen et al. 2016 for
 checkpointing, Korthikanti et al. 2022 for the recompute cost, Micikevicius et al. 2018
 for loss scaling, transformers#24725 and pytorch#46516 for accumulation pitfalls,
 Korthikanti et al. 2022 for activations, PyTorch's CUDACachingAllocator and pytorch#40989 for
 allocated vs reserved, Rajbhandari et al. 2020 (ZeRO) for sharding, Pope et al. 2022 and Ainslie et al. 2023
-(GQA) for the KV cache).
+(GQA) for the KV cache; Rajbhandari et al. 2020 and Hugging Face's "Model training anatomy" for
+the 16 vs 18 bytes per parameter of 01).
 """
 from __future__ import annotations
 
@@ -1143,11 +1145,366 @@ KV_CACHE_TRADEOFF = Rubric(
         "(multi-query) share key/value heads; Kwon et al. 2023 (vLLM) page the cache."),
 )
 
+# 01's two written answers (Written answer 1 and 2 of solutions/01_where_memory_goes).
+_PM_ACT = (r"(?:(?:saved |stored |stashed |kept )?(?:activations?|intermediates?|"
+           r"intermediate (?:values|results|tensors)|stash|saved tensors|"
+           r"tensors? (?:saved|kept|stored) for (?:the )?backward|"
+           r"everything autograd (?:kept|saved)))")
+_PM_B = (r"(?:batch\w*|batch size|bs|(?:the )?number of (?:samples|sequences|examples)|samples|"
+         r"sequences|examples)")
+_PM_MS = (r"(?:parameters?|params|weights?|model states?|gradients?|grads|"
+          r"(?:adam\w* |optimi[sz]er\w* |adamw )?(?:states?|moments))")
+_PM_ONE = (r"(?:batch (?:of |size )?(?:1|one)(?![0-9])|(?:1|one|a single) (?:sample|sequence)|"
+           r"bs ?(?:= ?)?1(?![0-9]))"
+           r"(?: \.| ,)?")
+_PM_B_PROP = r"(?:batch ?(?:proportional|dependent|sized)|proportional to (?:the )?batch\w*)"
+# a list of consumers: the gap may cross commas (",", "+", "=", "plus"), never a negation
+_PM_L = r"(?:(?!(?:not|no|never|without|nor|freed|released|gone) )[^ .]+ )"
+PEAK_MOVES = Rubric(
+    id="peak_moves",
+    question=("Why is the peak of this training step right after the forward pass for a batch "
+              "of 16, but in the optimizer step for a batch of 1, which consumers are live at each "
+              "of the two moments, and which of them depend on the batch size?"),
+    concepts=(
+        Concept("activations scale with the batch size", (
+            rf"{_PM_ACT} {G(4)}(?:scale|grow|increase|shrink|depend|proportional|linear)\w*",
+            rf"{_PM_ACT} (?:, |\. )(?:(?:which|that|they|these) {G(2)})?"
+            r"(?:scale|grow|increase|depend|proportional)\w*",
+            rf"{_PM_B_PROP} (?:part |share |term )?(?:\. |, |= )?(?:the )?{_PM_ACT}",
+            rf"{_PM_ACT} {G(6)}(?:\. |, )(?:they|which|these) {G(2)}(?:scale|grow|increase|"
+            r"proportional)\w*",
+            rf"(?:large|larger|big|bigger|small|smaller|tiny) batch\w* "
+            rf"{G(6)}(?:more|less|fewer|larger|smaller|tiny|few) {_PM_ACT}",
+            rf"{_PM_ACT} {G(6)}(?:per|each|every) (?:sample|sequence|example)",
+            rf"(?:each|every) (?:sample|sequence|example) {G(3)}(?:keeps?|has|saves?|stores?|adds?)"
+            rf" {G(2)}(?:own(?! {G(2)}(?:gradients?|grads|moments?|momentum|state|weights|copy))|"
+            r"activations?)",
+            rf"{_PM_B} ?dependent (?:\. |, )?(?:only )?(?:the )?{_PM_ACT}",
+            rf"(?:depends?|scales?|grows?) (?:on|with) {G(2)}{_PM_B} (?:is|are) {G(2)}{_PM_ACT}",
+            rf"batch (?:of |size )?16 {G(4)}{_PM_ACT} {G(3)}(?:dominat\w*|biggest|largest|huge)",
+            r"(?:sized|set|determined) by the (?:data|batch|input)|(?:data|batch) sized"),
+            weight=1.0, hint="activations scale with the batch size"),
+        Concept("model states do not depend on the batch", (
+            rf"{_PM_MS} {G(8)}(?:not|never) {G(2)}(?:depend|scale|change|grow)\w*",
+            rf"(?:{_PM_MS}|these|those|which|the rest) {G(4)}(?:do(?:es)? not|never|will not) "
+            rf"(?:depend|scale|change|grow)\w* {G(2)}(?:on|with) {G(2)}{_PM_B}",
+            rf"none of (?:that|these|them|this|those) {G(2)}(?:depend|scale|change|grow)\w* "
+            rf"{G(2)}(?:on|with) {G(2)}{_PM_B}",
+            rf"(?:ignores?|unaffected by|insensitive to) {G(2)}{_PM_B}",
+            rf"{_PM_MS} {G(6)}(?:independent|regardless) of {G(2)}{_PM_B}",
+            rf"{_PM_MS} {G(6)}(?:fixed|constant|same size|unchanged)",
+            rf"{_PM_MS} {G(4)}(?:the same|identical|unchanged|constant|fixed) (?:at|for|with|in|"
+            rf"whatever|regardless of) (?:any |every |each |the |all )?{_PM_B}",
+            rf"{_PM_MS} do(?:es)? not(?! {G(3)}(?:fit|matter|exist))",
+            rf"{_PM_MS} (?:are|is) not(?: \.| ,|$)",
+            rf"{_PM_B} ?independent {G(2)}(?:update|step|optimi[sz]er|{_PM_MS})",
+            rf"{_PM_MS} {_PM_L}{{0,8}}(?:all |both |are |is )?{_PM_B} ?independent",
+            rf"{_PM_MS} {_PM_L}{{0,8}}(?:all |both |are |is )?(?:independent|regardless) of "
+            rf"{G(2)}{_PM_B}",
+            rf"(?:none|neither) (?:of (?:them|these|those|which) )?(?:depending|depends?|scaling|"
+            rf"scales?|grows?|growing) (?:on|with) {G(2)}{_PM_B}",
+            rf"(?:fixed|constant|batch independent)(?: part| cost| share| term)? (?:\. |, |= )?"
+            rf"(?:the )?{_PM_MS}",
+            rf"(?:the rest|everything else|all else) {G(3)}(?:batch independent|fixed|constant|"
+            rf"independent of {G(2)}{_PM_B})",
+            r"(?:sized|set|determined|fixed) by the (?:model|parameters)|model sized"),
+            weight=1.0, hint="parameters, gradients and optimizer state do not depend on the "
+                             "batch size"),
+        Concept("after forward: all saved activations are alive", (
+            rf"(?:every|all|whole) {G(3)}{_PM_ACT} "
+            rf"{G(6)}(?:alive|live|stored|kept|held|saved|present|exist|in memory)\w*",
+            rf"(?:every|all) {G(2)}(?:tensors?|activations?) {G(2)}(?:autograd )?(?:saved|stored|"
+            rf"stashed|kept) for {G(2)}{_BWD}",
+            rf"(?:end|after|turn|finish\w*) {G(3)}forward {G(10)}{_PM_ACT}"
+            rf"(?! {G(3)}(?:freed|released|gone|discarded|deleted|dropped))",
+            rf"(?:after|end of) (?:the )?forward(?: pass)? (?:\. |, |= )?{_PM_L}{{0,12}}"
+            rf"(?:all |every |saved |stored )(?:the )?(?:saved |stored )?"
+            r"activations?",
+            rf"{_PM_ACT} {G(10)}(?:end|after) {G(2)}(?:the )?forward",
+            rf"(?:after|end of) (?:the )?forward(?: pass)? (?:\. |, |= )?{_PM_L}{{0,12}}"
+            rf"(?:the )?(?:whole|entire|full) {G(1)}{_PM_ACT}",
+            rf"before {G(4)}{_PM_ACT} {G(4)}(?:freed|released)",
+            rf"(?:alive|live|stored|held|kept|present|exist\w*|in memory) {G(4)}(?:end|after|"
+            rf"finish\w*) {G(3)}forward",
+            r"(?:alive|live|resident|stored|held|kept|present|in memory) (?:when|as|once) "
+            r"(?:the )?forward(?: pass)? (?:ends|finishes|is done|completes|is over)",
+            rf"(?:largest|highest|peak\w*|maximum|biggest) {G(3)}forward (?:finishes|ends|is done|"
+            r"completes)"),
+            weight=1.0, hint="right at the end of the forward pass every saved activation is "
+                             "still alive"),
+        Concept("optimizer step: params, all gradients, state and temporaries", (
+            r"temporary|temporaries|temporar\w*|scratch",
+            r"(?:buffers?|tensors?|copies) of (?:the )?(?:update|optimi[sz]er step|adamw? step)",
+            rf"(?:foreach|update) {G(2)}(?:buffers?|tensors?|copies|copy)",
+            rf"(?:extra|additional|another|one more) {G(2)}copy of (?:the )?(?:weights|"
+            r"parameters)",
+            rf"(?:all|every|whole|full set of) {G(2)}(?:gradients?|grads) {G(12)}(?:state|moments?|"
+            r"optimizer)",
+            rf"(?:state|moments?) {G(12)}(?:all|every) {G(2)}(?:gradients?|grads)",
+            rf"(?:optimi[sz]er step|update|step\w*) (?:\. |= |, )?{_PM_L}{{0,10}}"
+            rf"(?:gradients?|grads) {_PM_L}{{0,8}}(?:moments?|state)",
+            rf"(?:update|step) {G(6)}(?:extra|additional) {G(3)}(?:memory|buffers?|tensors?)"),
+            weight=1.0, hint="the optimizer step holds the parameters, all the gradients, both "
+                             "Adam moments and the temporaries of the update"),
+        Concept("at batch 1 the activations are small, so the optimizer step is the highest", (
+            rf"{_PM_ONE} {_PM_L}{{0,8}}(?:{_PM_ACT}|they|them|it) {G(3)}(?:small|smaller|tiny|"
+            r"tinier|few|negligible|little|shrinks?)",
+            rf"{_PM_ONE} {_PM_L}{{0,6}}(?:small|tiny|negligible) {_PM_ACT}",
+            rf"{_PM_ONE} (?:shrinks?|cuts?|reduces?) {G(3)}{_PM_ACT}",
+            rf"{_PM_ONE} {_PM_L}{{0,10}}(?:higher|highest|larger|largest|taller|tallest|bigger|"
+            r"biggest|dominat\w*|wins)",
+            rf"{_PM_ONE} (?:peaks? )?(?:in|at|during|=|is) (?:the )?(?:optimi[sz]er )?"
+            r"(?:step|update)",
+            rf"(?:{_PM_ACT}|they) {G(3)}(?:small|tiny) {G(6)}(?:optimi[sz]er|step|update) "
+            rf"{G(4)}(?:higher|highest|larger|largest|peak|dominat\w*)"),
+            weight=1.0, hint="with a batch of 1 the activations are tiny, so the optimizer step "
+                             "is the highest point"),
+    ),
+    misconceptions=(
+        Misconception("gradients or optimizer state grow with the batch", (
+            rf"(?<!logits )(?<!logit )(?:gradients?(?! of (?:the )?logits?)|grads|"
+            rf"optimi[sz]er state|adam state|moments|parameters|weights) "
+            rf"{G(3)}(?:scale|grow|increase|depend)\w* {G(3)}(?:with|as|on) {G(3)}{_PM_B}",
+            r"(?:momentum|moments?|gradients?|grads|state) (?:for|per|of) (?:every|each) "
+            r"(?:sample|example|sequence)",
+            rf"(?:each|every) (?:sample|example|sequence) {G(3)}(?:produces?|has|gets|needs|keeps)"
+            rf" {G(2)}(?:own )?(?:gradients?|grads|momentum|moments|optimi[sz]er state)",
+            rf"(?:bigger|larger|more) (?:batch\w*|samples) {G(3)}(?:needs?|means?|has|makes?) "
+            rf"{G(2)}more {G(3)}(?:copies of the )?(?:weights|parameters|gradients|grads|moments|"
+            r"optimi[sz]er state)"),
+            penalty=0.4,
+            correction="gradients and optimizer state have the size of the parameters, whatever "
+                       "the batch"),
+        Misconception("activations do not depend on the batch", (
+            rf"{_PM_ACT} {G(4)}(?:independent of|regardless of|the same (?:for|at|whatever)) "
+            rf"{G(3)}{_PM_B}",
+            rf"{_PM_ACT} {G(4)}no (?:larger|bigger|smaller)"),
+            penalty=0.4, fatal=True,
+            correction="activations are proportional to the batch size"),
+        Misconception("activations are freed by the end of the forward pass", (
+            rf"(?:end|after) {G(3)}forward {G(4)}{_PM_ACT} {G(3)}(?:freed|released|gone|"
+            r"discarded|deleted)",),
+            penalty=0.3,
+            correction="the saved activations stay alive until backward has used them"),
+        Misconception("activations are still alive in the optimizer step", (
+            rf"{_PM_ACT} (?:are |is )?(?:still )?(?:held|alive|live|kept|stored|resident|present|"
+            r"in memory) (?:until|during|through|throughout|in) (?:the )?(?:optimi[sz]er )?"
+            r"(?:step|update)",),
+            penalty=0.3,
+            correction="backward frees each layer's activations: none are left in the step"),
+        Misconception("the optimizer state is allocated again at every step", (
+            rf"(?:allocat|creat|re ?allocat|recreat|rebuil)\w* {G(6)}(?:again|anew|afresh|from "
+            rf"scratch) (?:in |at |on |for |during )?(?:every|each) {G(2)}"
+            r"(?:step|update|iteration)",),
+            penalty=0.3,
+            correction="the optimizer state is created once, at the first step, and then kept"),
+        Misconception("gradients are live at the end of the forward pass", (
+            r"(?:after|end of) (?:the )?forward(?: pass)? , (?:(?!(?:not|no|never|step|update|"
+            r"optimi[sz]er|backward|then|later) )[^ .]+ ){0,8}(?:the |all )?"
+            rf"(?:gradients?|grads)(?! of) {G(6)}(?:are |is )?(?:live|alive|present|in memory|"
+            r"held)",),
+            penalty=0.3,
+            correction="zero_grad(set_to_none=True) freed the gradients: after the forward pass "
+                       "there are none until backward makes them"),
+    ),
+    model_answer=("With a batch of 16 the activations dominate: right after the forward pass every"
+                  " saved activation is still alive, on top of the parameters and the optimizer "
+                  "state. Activations scale with the batch size; parameters, gradients and "
+                  "optimizer state do not. With a batch of 1 the activations are tiny, so the "
+                  "largest moment is the optimizer step, where all the gradients and the Adam "
+                  "state are live together with the temporaries of the update."),
+    explanation=("Activations are proportional to the batch; model states are not. When the "
+                 "activations become small, the optimizer step (parameters + all gradients + state"
+                 " + temporaries) is the highest point."),
+    topic=(r"activation\w*", r"gradient\w*", r"optimi[sz]er", r"batch\w*", r"peak", r"forward",
+           r"backward", r"parameters?", r"moments?", r"temporar\w*"),
+    course_text=(
+        "The peak sits right after the forward pass: the first backward ops allocate the gradient "
+        "of the logits (as large as the logits) while every saved activation is still alive.",
+        "Activations scale with the batch; parameters, gradients and optimizer state do not.",
+        "optimizer: the state (created at the very first step) and the temporaries of the update.",
+        "backward: each layer's activations are released once it has been differentiated, while "
+        "the gradients appear;",
+        "it updates all parameters at once, with temporaries about the size of all parameters",
+    ),
+)
+
+_BC_GRAD = r"(?:gradients?|grads|gradient precision)"
+# a gap that stays on one side of a comparison ("ZeRO keeps X while HF keeps Y")
+_BC_SIDE = ("while", "whereas", "but", "unlike", "than", "vs", "versus", "and", "hf", "hugging",
+            "zero", "other")
+_BC_HF = r"(?:hugging face|hf)(?: convention| accounting| count| one)?"
+_BC_ZERO = r"zero(?: convention| accounting| count| one)?"
+_BC_16 = r"(?:fp16|bf16|half precision|half|2 bytes?|2 b|two bytes)"
+_BC_32 = r"(?:fp32|full precision|single precision|4 bytes?|4 b|four bytes)"
+BYTES_CONVENTIONS = Rubric(
+    id="bytes_conventions",
+    question=("Two colleagues budget the model states for fine-tuning a 7B model with mixed-"
+              "precision AdamW. One says 112 GB, the other 126 GB. Where does the difference come "
+              "from, and which change would bring the model states under 80 GB per GPU?"),
+    concepts=(
+        Concept("16 vs 18 bytes per parameter", (
+            rf"(?:16|sixteen|18|eighteen) {G(1)}(?:bytes?|b)\b",
+            r"2 ?\+ ?2 ?\+ ?12|6 ?\+ ?4 ?\+ ?8",
+            rf"(?:7|seven) ?b(?:illion)? {G(1)}(?:x|times) (?:16|18|sixteen|eighteen)(?![0-9])",
+            r"(?:2|two) (?:bytes?|b) (?:each|per (?:param\w*|weight\w*))",
+            r"(?:7|seven) ?b(?:illion)? (?:x|times) (?:2|two) (?:bytes?|b)\b",
+            r"(?:2|two) (?:extra|more|additional) bytes?"),
+            weight=1.0, hint="the ZeRO convention counts 16 bytes per parameter, the Hugging Face "
+                             "convention 18 bytes"),
+        Concept("the gradients: fp32 (4 bytes) vs fp16 (2 bytes)", (
+            rf"{_BC_GRAD} {G(6)}(?:fp32|full precision|single precision|32 bits?|4 bytes?|four "
+            rf"bytes)",
+            rf"(?:fp32|full precision|single precision|32 bits?|4 bytes?) {G(3)}{_BC_GRAD}",
+            rf"{_BC_GRAD} {G(8)}(?:instead of|rather than|vs|versus|not) {G(3)}"
+            rf"(?:fp16|bf16|half|2 bytes?|16 bits?)",
+            rf"{_BC_GRAD} (?:, )?(?:2|two|fp16|bf16) (?:vs|versus|or|and|to) (?:4|four|fp32)",
+            rf"{_BC_GRAD} (?:\. |, )?{_PM_L}{{0,6}}{_BC_16} {_PM_L}{{0,12}}{_BC_32}",
+            rf"{_BC_GRAD} (?:\. |, )?{_PM_L}{{0,6}}{_BC_32} {_PM_L}{{0,12}}{_BC_16}",
+            rf"{_BC_GRAD} {G(2)}{_BC_16} {_PM_L}{{0,8}}(?:them|they|it|theirs) {G(2)}{_BC_32}",
+            rf"(?:slot|extra bytes?|2 bytes?|two bytes|the rest) {G(3)}(?:is|are) {G(2)}{_BC_GRAD}",
+            rf"difference {G(2)}(?:is|are|comes? from|lies in) {G(2)}{_BC_GRAD}",
+            rf"(?:gap|difference|14 gb) {G(2)}(?:is|are|comes? from|lies in) {G(2)}{_BC_GRAD}",
+            rf"(?:comes?|stems?|arises?) from {G(2)}{_BC_GRAD}",
+            rf"(?:differ|disagree|diverge)\w* {G(3)}(?:in|on|about|over)(?: \.)? {G(5)}{_BC_GRAD}"),
+            weight=1.5,
+            hint="the difference is the gradients: 4 bytes in fp32 instead of 2 bytes in fp16"),
+        Concept("where the fp32 weights and the 16-bit copy are counted", (
+            rf"master {G(2)}(?:copy|weights?|params?|parameters?)",
+            rf"(?:fp16|bf16|half|16 bit) {G(3)}copy", rf"copy {G(4)}(?:fp16|bf16|half|16 bit)",
+            rf"(?:fp32|full precision) {G(2)}(?:weights?|parameters?|params?|copy)"),
+            weight=0.5, hint="ZeRO counts the fp32 master weights in the optimizer state, Hugging "
+                             "Face counts fp32 weights plus a 16-bit copy"),
+        Concept("a fix: 8-bit optimizer, ZeRO sharding or offloading", (
+            r"8 ?bits?(?: adamw?| optimi[sz]ers?| adam| moments)?",
+            r"zero(?: stage ?[123]| ?[123]| sharding| partitioning)",
+            r"shard\w*", r"fsdp", r"offload\w*", r"partition\w*", r"lora|adapters?"),
+            weight=1.0, hint="an 8-bit optimizer or ZeRO sharding across GPUs cuts the model "
+                             "states under 80 GB"),
+    ),
+    misconceptions=(
+        Misconception("the difference is activations, master weights or the optimizer state", (
+            rf"(?:difference|gap|14 gb) {G(6)}activations?",
+            rf"activations? {G(6)}(?:explain|account|cause)\w* {G(3)}(?:difference|gap)",
+            rf"(?:difference|gap|14 gb) {G(3)}(?:is|are|comes? from|lies in|due to) {G(3)}"
+            rf"(?:master|16 bit copy|fp16 copy|bf16 copy|optimi[sz]er state|adam|moments)",
+            rf"(?:zero|hf|hugging face) {G(3)}(?:does|do) not {G(2)}(?:keep|have|store|count) "
+            rf"{G(3)}(?:master|fp32 (?:copy|weights))"),
+            penalty=0.4, fatal=True,
+            correction="both conventions keep the same fp32 weights, 16-bit copy and moments; "
+                       "only the gradients differ (fp16 vs fp32); activations come on top"),
+        Misconception("says both count the gradients at the same precision", (
+            rf"{_BC_GRAD} {G(4)}(?:same|identical|equal) (?:precision|dtype|size|bytes)",),
+            penalty=0.4, fatal=True,
+            correction="ZeRO counts fp16 gradients (2 bytes), Hugging Face fp32 gradients (4)"),
+        Misconception("swaps the two conventions", (
+            rf"{_BC_ZERO} {G(4, _BC_SIDE)}{_BC_GRAD} {G(2, _BC_SIDE)}(?:in |as |at )?{_BC_32}"
+            r"(?![0-9])",
+            rf"{_BC_ZERO} {G(3, _BC_SIDE)}{_BC_32} {_BC_GRAD}",
+            rf"{_BC_HF} {G(4, _BC_SIDE)}{_BC_GRAD} {G(2, _BC_SIDE)}(?:in |as |at )?{_BC_16}"
+            r"(?![0-9])",
+            rf"{_BC_HF} {G(3, _BC_SIDE)}{_BC_16} {_BC_GRAD}",
+            rf"(?:and|while|whereas|but) {_BC_HF} (?:in|at|as) {_BC_16}(?! copy)",
+            rf"(?:and|while|whereas|but) {_BC_ZERO} (?:in|at|as) {_BC_32}(?! (?:copy|master))",
+            rf"{_BC_ZERO} (?:is|=|gives|counts|means|uses) {G(1)}(?:18 (?:bytes?|b)|126)",
+            rf"{_BC_HF} (?:is|=|gives|counts|means|uses) {G(1)}(?:16(?! bit)|112)"),
+            penalty=0.4, fatal=True,
+            correction="ZeRO is the 16-byte count with fp16 gradients, Hugging Face the 18-byte "
+                       "count with fp32 gradients"),
+        Misconception("denies that the gradients make the difference", (
+            rf"(?:nothing|not) (?:\w+ )?to do with {G(2)}{_BC_GRAD}",
+            rf"not (?:a question|a matter|about|because of|due to|from) (?:of )?"
+            rf"{G(4, ('but', 'rather', 'only'))}{_BC_GRAD}",
+            rf"(?:difference|gap|14 gb|extra bytes?|2 bytes?) {G(3)}(?:is|are|comes?|lies|has) "
+            rf"(?:not|nothing) {G(4, ('but', 'rather', 'only'))}{_BC_GRAD}",
+            rf"{_BC_GRAD} {G(3)}(?:are|is) not {G(2)}(?:the )?(?:difference|cause|reason|source)",
+            rf"agree\w* (?:on|about) {G(2)}{_BC_GRAD}"),
+            penalty=0.4, fatal=True,
+            correction="the whole difference is the gradients: 2 bytes (fp16) vs 4 bytes (fp32)"),
+        Misconception("the difference is a ZeRO stage or sharding", (
+            rf"(?:difference|gap|14 gb) {G(3)}(?:is|are|comes? from|lies in|due to|because of|"
+            rf"reflects) {G(3)}(?:(?:zero )?stages?|shard\w*|partition\w*)",
+            rf"(?:zero stages?|stages? ?[123]?|shard\w*|partition\w*) {G(6)}(?:account|explain|"
+            rf"cause)\w* (?:for )?{G(2)}(?:difference|gap|14 gb)",
+            rf"(?:one|first|the other|second) {G(3)}(?:assumes?|uses?|picks?) {G(2)}"
+            r"(?:zero )?stage"),
+            penalty=0.4, fatal=True,
+            correction="both counts are for one GPU without sharding; they differ in the "
+                       "gradients' dtype"),
+        Misconception("denies that sharding, offloading or an 8-bit optimizer helps", (
+            rf"(?:shard\w*|zero(?: stage ?[123]| ?[123])?|fsdp|offload\w*|lora|partition\w*) "
+            rf"{_PM_L}{{0,8}}(?:does|do|will|would|can|could) not (?:really )?(?:reduce|cut|"
+            rf"lower|help|shrink|decrease|save|change {G(2)}per gpu)",),
+            penalty=0.4,
+            correction="ZeRO sharding divides the model states by the number of GPUs; offloading "
+                       "moves them to the CPU"),
+        Misconception("only one convention keeps the fp32 master weights", (
+            rf"only (?:the )?(?:{_BC_HF}|{_BC_ZERO}) {G(3)}(?:master|fp32 (?:copy|weights)|"
+            r"(?:16 bit|fp16|bf16) copy)",),
+            penalty=0.3,
+            correction="both conventions keep fp32 weights; they differ only in the gradients"),
+        Misconception("a wrong per-GPU count for a ZeRO stage", (
+            rf"(?:zero(?: stage)? ?|stage ?)[12](?![0-9]) {_PM_L}{{0,8}}"
+            r"(?:leaves |gives |is |= |to )?14 gb",
+            rf"(?:zero|shard\w*) (?:stage ?[123] )?(?:on|with|across) (?:a single|one|1) gpu "
+            rf"{G(6)}(?:fit|under|below)"),
+            penalty=0.15,
+            correction="stage 1 shards only the optimizer state (5.5 bytes/param over 8 GPUs, "
+                       "38.5 GB); 14 GB per GPU is stage 3, and one GPU shards nothing"),
+        Misconception("says nothing brings the model states under 80 GB", (
+            rf"no (?:change|way|fix|method|trick) {_PM_L}{{0,10}}(?:can|could|will|would) "
+            rf"{G(3)}(?:bring|get|fit|put)",
+            rf"(?:impossible|can not) {G(6)}(?:under|below) 80"),
+            penalty=0.4, correction="an 8-bit optimizer (10 bytes/param, 70 GB) or ZeRO sharding "
+                                    "over 8 GPUs gets under 80 GB"),
+        Misconception("a fix that does not cut the model states", (
+            rf"(?:checkpointing|smaller batch\w*|batch size|empty_cache|empty cache|autocast) "
+            rf"{_PM_L}{{0,8}}(?:under|below) 80",
+            rf"(?:under|below) 80 gb {_PM_L}{{0,6}}(?:checkpointing|smaller batch|empty_cache|"
+            r"empty cache|autocast)"),
+            penalty=0.4, correction="checkpointing, a smaller batch or autocast change the "
+                                    "activations, not the model states"),
+        Misconception("a wrong bytes count for the 8-bit optimizer", (
+            rf"8 bit {_PM_L}{{0,8}}(?:hugging face|hf|18 b\w*) {_PM_L}{{0,8}}(?:70|10 b\w*)",
+            rf"(?:hugging face|hf|18 b\w*) {_PM_L}{{0,8}}8 bit {_PM_L}{{0,8}}(?:70|10 b\w*)",
+            rf"(?:16|sixteen) (?:bytes?|b)\b {G(4)}126|(?:18|eighteen) (?:bytes?|b)\b {G(4)}112"),
+            penalty=0.3,
+            correction="8-bit moments save 6 bytes/param: 10 bytes (70 GB) in the 16-byte count, "
+                       "12 bytes (84 GB) in the 18-byte one"),
+    ),
+    model_answer=("The first counts 16 bytes per parameter (ZeRO): fp16 weights and gradients plus"
+                  " 12 bytes of optimizer state with the fp32 master weights. The second counts 18"
+                  " bytes (Hugging Face): fp32 weights plus a 16-bit copy, and gradients kept in "
+                  "fp32, 4 bytes instead of 2. An 8-bit optimizer (10 bytes per parameter, 70 GB) "
+                  "or ZeRO sharding across GPUs brings it under 80 GB."),
+    explanation=("16 = 2 + 2 + 12 (ZeRO) and 18 = 6 + 4 + 8 (Hugging Face); the conventions differ"
+                 " in the dtype of the gradients. 8-bit Adam keeps 2 bytes of moments instead of 8:"
+                 " 10 bytes/param = 70 GB in the 16-byte count (12 bytes = 84 GB = 78 GiB with fp32"
+                 " gradients: under an 80 GiB card, not under 80 GB); ZeRO-3 on 8 GPUs: 14 GB per "
+                 "GPU. GB = 10^9 bytes, GiB = 2^30 bytes (ml.GB, ml.GiB)."),
+    topic=(r"bytes?", r"gradients?", r"fp32", r"fp16", r"weights?", r"optimi[sz]er", r"adam\w*",
+           r"zero", r"convention\w*"),
+    course_text=(
+        "Both keep the same things, an fp32 copy of the weights, Adam's two fp32 moments and a "
+        "16-bit copy of the weights for the matmuls, except the gradients.",
+        "the model is fp16, so its gradients are fp16 (2 bytes), and the fp32 weights live in "
+        "the optimizer as the \"master\" copy.",
+        "The Hugging Face accounting describes AMP-style training: the model stays fp32, "
+        "torch.autocast makes the 16-bit copy on the fly, and so the gradients land in fp32 "
+        "(4 bytes): \"gradients are always kept in fp32\".",
+        "store Adam's two moments in 8 bits each: 2 bytes/param of state instead of 8, so 18 "
+        "becomes 12 bytes/param (the last line above).",
+        "shards the model states across the N_d data-parallel GPUs instead of copying them to "
+        "each.",
+    ),
+)
+
 RUBRICS: dict[str, Rubric] = {r.id: r for r in (
     OOM_BEFORE_BATCH, CHECKPOINTING_COST, FP16_LOSS_SCALING, ACCUMULATION_EQUIVALENCE,
-    ACTIVATIONS_SCALING, ALLOCATED_VS_RESERVED, SHARDING_WHEN_WHY, KV_CACHE_TRADEOFF,
+    ACTIVATIONS_SCALING, ALLOCATED_VS_RESERVED, SHARDING_WHEN_WHY, KV_CACHE_TRADEOFF, PEAK_MOVES,
+    BYTES_CONVENTIONS,
 )}
 
 __all__ = ["RUBRICS", "OOM_BEFORE_BATCH", "CHECKPOINTING_COST", "FP16_LOSS_SCALING",
            "ACCUMULATION_EQUIVALENCE", "ACTIVATIONS_SCALING", "ALLOCATED_VS_RESERVED",
-           "SHARDING_WHEN_WHY", "KV_CACHE_TRADEOFF"]
+           "SHARDING_WHEN_WHY", "KV_CACHE_TRADEOFF", "PEAK_MOVES", "BYTES_CONVENTIONS"]

@@ -57,6 +57,8 @@ What a learner can see, and the trade-offs
 """
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import math
 import random
@@ -163,6 +165,13 @@ _UNIT_EXAMPLE = {"GB": '"12.5 GB"', "GiB": '"11.6 GiB"', "MiB": '"640 MiB"', "ms
                  "B": '"1024 B"', "x": '"1.5x"', "": "1024"}
 
 
+def _example(q: "Question") -> str:
+    """A format example for ``q``, in the unit it asks for (never "12 GB" for a GiB question)."""
+    if q.kind == "numeric":
+        return _UNIT_EXAMPLE.get(q.unit, _EXAMPLE["numeric"])
+    return _EXAMPLE[q.kind]
+
+
 def _question(qid: object) -> Question:
     if type(qid) is not str or qid not in QUESTIONS:
         raise ValueError(f"unknown question {qid!r}; known: {', '.join(QUESTIONS)}")
@@ -240,7 +249,7 @@ def _format_problem(q: Question, answer: object) -> tuple[str, str]:
         value, message = _engine().parse_quantity(answer, q.unit)
         if value is None:
             return (f"{message}; write a number with its unit, e.g. "
-                    f"{q.variable} = {_UNIT_EXAMPLE.get(q.unit, _EXAMPLE['numeric'])}"), ""
+                    f"{q.variable} = {_example(q)}"), ""
         shown = f"{value:.4g} {q.unit}".strip()
         note = "" if _text(answer) is not None else f" (a plain number is read in {q.unit or 'units'})"
         return "", f"reads as {shown}{note}"
@@ -255,7 +264,7 @@ def _format_problem(q: Question, answer: object) -> tuple[str, str]:
     if labels is None:
         want = {"choice": "one option label", "multi": "a list of option labels",
                 "ordering": "a list of all labels in order"}[q.kind]
-        return f"expected {want} as str, e.g. {q.variable} = {_EXAMPLE[q.kind]}", ""
+        return f"expected {want} as str, e.g. {q.variable} = {_example(q)}", ""
     unknown = [lab for lab in labels if lab not in q.options]
     if unknown:
         return f"not an option: {', '.join(unknown)} (options: {', '.join(q.options)})", ""
@@ -284,7 +293,7 @@ def answer_of(qid: str, namespace: Mapping[str, Any]) -> Any:
     if q.variable not in namespace:
         raise NotImplementedError(
             f"{q.variable} is not set: in the answer cell of {qid.upper()}, replace "
-            f"`raise NotImplementedError()` with {q.variable} = {_EXAMPLE[q.kind]}")
+            f"`raise NotImplementedError()` with {q.variable} = {_example(q)}")
     answer = namespace[q.variable]
     problem, summary = _format_problem(q, answer)
     if problem:
@@ -389,18 +398,40 @@ class Practice:
     unit: str = ""
     options: Mapping[str, str] = field(default_factory=dict)
 
-    def check(self, answer: object):
-        """Grade an attempt, revealing the key in the feedback (it is practice)."""
+    def check(self, answer: object, *, reveal: bool = True):
+        """Grade an attempt. ``reveal=False`` keeps the key out of the feedback of a wrong
+        attempt (the self-study panel offers a hint first and the key on request); a numeric
+        answer then reads as "N% too high/low"."""
         rb = _engine()
         if self.kind == "numeric":
-            return rb.grade_numeric(answer, self.key, self.unit)
+            result = rb.grade_numeric(answer, self.key, self.unit)
+            if reveal or result.score >= 1.0:
+                return result
+            value, _ = rb.parse_quantity(answer, self.unit)
+            lines = [line for line in result.feedback if not line.startswith("expected")]
+            if value is not None and self.key:
+                off = value / self.key - 1.0
+                lines.insert(0, f"{abs(off):.0%} too {'high' if off > 0 else 'low'} (full credit "
+                                "within 5%, partial within 20%)")
+            return dataclasses.replace(result, feedback=lines)
         if self.kind == "ordering":
-            return rb.grade_ordering(answer, list(self.key))
+            return rb.grade_ordering(answer, list(self.key), reveal=reveal)
         if self.kind == "text":
             return rb.grade_text(answer, _rubric(self.key))
         correct = self.key if self.kind == "choice" else list(self.key)
         return rb.grade_choice(answer, correct, options=list(self.options),
-                               multiple=self.kind == "multi")
+                               multiple=self.kind == "multi", reveal=reveal)
+
+    @property
+    def hint(self) -> str:
+        """The first step of the worked solution, without its result: the method, not the key."""
+        if self.kind == "text":
+            return ("the ideas listed as missing above are the hints: add them in your own words "
+                    "and check again")
+        worked = self.worked.strip()
+        if self.kind == "numeric" and "=" in worked:
+            return "work it out as: " + worked[:worked.rindex("=")].strip().rstrip(";,") + " = ?"
+        return "think about: " + re.split(r"(?<=[.:;])\s", worked, maxsplit=1)[0]
 
 
 def _pick(rng: random.Random, items: Sequence[Any]) -> Any:

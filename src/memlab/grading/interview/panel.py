@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import html
 
-from memlab.grading.interview.bank import _EXAMPLE, QUESTIONS, TOPICS, Practice, _question, practice
+from memlab.grading.interview.bank import (QUESTIONS, TOPICS, Practice, _example, _question,
+                                           practice)
 
 __all__ = ["SelfCheck", "StudyPanel", "self_check", "study_panel"]
 
@@ -35,6 +36,11 @@ def _prompt_html(p: Practice) -> str:
         body += "<ul>" + "".join(f"<li><b>{k}</b>) {html.escape(v)}</li>"
                                  for k, v in p.options.items()) + "</ul>"
     return body
+
+
+def _placeholder(q) -> str:
+    """An example in the unit the question asks for (a GiB question never suggests "12 GB")."""
+    return _example(q).strip('"')
 
 
 def _key_text(p: Practice) -> str:
@@ -65,10 +71,12 @@ class SelfCheck:
         multiline = self.question.kind == "text"
         self.answer = (w.Textarea(placeholder="your answer, in your own words",
                                   layout=w.Layout(width="95%", height="8em")) if multiline
-                       else w.Text(placeholder=_EXAMPLE[self.question.kind].strip('"'),
+                       else w.Text(placeholder=_placeholder(self.question),
                                    layout=w.Layout(width="60%")))
         self.prompt = w.HTML()
         self.check_button = w.Button(description="Check", button_style="primary")
+        self.hint_button = w.Button(description="Hint", disabled=True,
+                                    tooltip="available after a wrong attempt")
         self.reveal_button = w.Button(description="Reveal answer", disabled=True,
                                       tooltip="available after you have checked an answer")
         # numeric practice draws new sizes; the other kinds have one written variant
@@ -77,17 +85,19 @@ class SelfCheck:
         self.feedback = w.HTML()
         self.solution = w.HTML()
         self.check_button.on_click(lambda _: self.check())
+        self.hint_button.on_click(lambda _: self.show_hint())
         self.reveal_button.on_click(lambda _: self.reveal())
         self.new_button.on_click(lambda _: self.new_variant())
         self.widget = w.VBox([self.prompt, self.answer,
-                              w.HBox([self.check_button, self.reveal_button, self.new_button]),
+                              w.HBox([self.check_button, self.hint_button, self.reveal_button,
+                                      self.new_button]),
                               self.feedback, self.solution])
         self._load(self._seed)
 
     def _load(self, seed: int) -> None:
         self.item = practice(self.question.id, seed)
         self.attempted = False
-        self.reveal_button.disabled = True
+        self.reveal_button.disabled = self.hint_button.disabled = True
         self.answer.value = ""
         self.feedback.value = self.solution.value = ""
         self.prompt.value = (f"<h4>{self.question.id.upper()} · {TOPICS[self.question.topic]}"
@@ -99,10 +109,19 @@ class SelfCheck:
         if not value.strip():
             self.feedback.value = _pre("type an answer first")
             return
-        result = self.item.check(value)
+        # a wrong attempt gets its feedback without the key: a hint first, the key on request
+        result = self.item.check(value, reveal=False)
         self.feedback.value = _pre(result.report())
         self.attempted = True
         self.reveal_button.disabled = False
+        self.hint_button.disabled = result.score >= 1.0
+
+    def show_hint(self) -> None:
+        """The method of the worked solution without its result (after a wrong attempt)."""
+        if not self.attempted:
+            self.solution.value = _pre("check an answer of your own first")
+            return
+        self.solution.value = _pre("Hint: " + self.item.hint + "\n(Reveal answer shows the key.)")
 
     def reveal(self) -> None:
         """Show the model answer / worked solution, only after an attempt."""
