@@ -9,9 +9,9 @@ the same verdict on a learner's GPU, an instructor's CPU server and CI.
 The package has five layers (docs/ARCHITECTURE.md; import-linter holds them, pyproject.toml):
 
 - ``memlab.measure``: the core (device, units, tracker, breakdown, budget, estimate, plots,
-  formulas, models, timing, training_spy); imports nothing else of memlab
+  formulas, models, timing, training_spy, snapshot); imports nothing else of memlab
 - ``memlab.lessons``: one module per notebook (checkpointing, amp, accumulation, oom,
-  distributed, calculator, levers, serving); imports the core only
+  distributed, calculator, levers, serving, debugging); imports the core only
 - ``memlab.grading``: what runs INSIDE a learner's kernel: guard, visible tests, the answer
   engine (``answers``), 07's bank and panel (``interview``)
 - ``memlab.autograde``: what runs only on the instructor's machine: the CLI, nbgrader's API,

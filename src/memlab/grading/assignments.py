@@ -100,6 +100,25 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
         forbidden={"kv_cache_bytes": ("memlab.calculator",), "max_batch": ("memlab.calculator",)},
         guard_helpers=("memlab.lessons.serving.generate", "memlab.lessons.serving.cache_bytes",
                        "memlab.lessons.serving.decode_peak", "memlab.lessons.serving.TinyDecoder")),
+    # read right after 05; the library's reader, readers and chunked loss are the three answers
+    Assignment(
+        "10_debugging_memory", lesson="debugging",
+        forbidden={
+            "read_oom": ("memlab.debugging.read_oom_message", "memlab.debugging.diagnose",
+                         "memlab.debugging.parse_cuda_size", "memlab.debugging.OomReport"),
+            "peak_report": (
+                "memlab.snapshot.live_at_peak", "memlab.snapshot.largest_allocation",
+                "memlab.snapshot.peak_live_bytes", "memlab.snapshot.live_bytes_timeline",
+                "memlab.snapshot.allocations"),
+            "chunked_lm_loss": ("memlab.debugging.chunked_cross_entropy",),
+        },
+        guard_helpers=(
+            "memlab.lessons.debugging.format_oom_message",
+            "memlab.lessons.debugging.read_oom_message",
+            "memlab.lessons.debugging.lm_head_cross_entropy",
+            "memlab.lessons.debugging.logits_bytes",
+            "memlab.measure.snapshot.record_snapshot", "memlab.measure.snapshot.live_at_peak",
+            "memlab.measure.snapshot.peak_live_bytes", "memlab.measure.snapshot.user_frame")),
 )}
 
 

@@ -1,6 +1,6 @@
 """Debugging memory: reading an out-of-memory error, the LM head's logits, leaks over steps.
 
-Used by: the graded notebook "Debugging memory" (being written), tests/lessons/test_debugging.py.
+Used by: the graded notebook "Debugging memory" (solutions/10_debugging_memory), tests/lessons/test_debugging.py.
 Its snapshots come from :mod:`memlab.measure.snapshot` (``ml.snapshot``).
 
 Three parts, each the same on a laptop CPU and on a GPU:

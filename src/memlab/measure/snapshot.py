@@ -1,6 +1,6 @@
 """Memory snapshots: torch's allocation trace, from the CUDA allocator or recorded on the CPU.
 
-Used by: the notebook "Debugging memory" (being written), :mod:`memlab.lessons.debugging`,
+Used by: the notebook "Debugging memory" (solutions/10_debugging_memory), :mod:`memlab.lessons.debugging`,
 tests/measure/test_snapshot.py. Facade: ``ml.snapshot``.
 
 On CUDA, :func:`record_snapshot` asks the caching allocator itself:

@@ -1,0 +1,131 @@
+"""Mutants of 10_debugging_memory (see tests/mutants/__init__.py): what learners get wrong reading
+an out-of-memory message, fixing a leaky loop, replaying a memory snapshot and chunking the loss.
+Sources: c10/cuda/CUDACachingAllocator.cpp (the message, format_size), the PyTorch FAQ ("Don't
+accumulate history across your training loop"), torch/utils/viz/MemoryViz.js (the replay),
+the Liger Kernel and Cut Cross-Entropy papers (chunked, recomputed logits)."""
+from mutants import Mutant
+
+_RO = ("test_read_oom", "test_read_oom_hidden")
+_TS = ("test_train_steps", "test_train_steps_hidden")
+_PR = ("test_peak_report", "test_peak_report_hidden")
+_CL = ("test_chunked_lm_loss", "test_chunked_lm_loss_hidden")
+_ROUND = "        return None if m is None else round(float(m.group(1)) * units[m.group(2)])"
+_STEP = ("    for x, y in batches:\n        optimizer.zero_grad(set_to_none=True)\n"
+         "        loss = F.mse_loss(model(x), y)\n")
+_CKPT = "checkpoint(chunk_loss, h2[start:stop], weight, t1[start:stop], use_reentrant=False)"
+_ALIVE = ("    alive = [b for b in blocks\n"
+          "             if (b[2] is None or b[2] <= peak_at) and (b[3] is None or b[3] > peak_at)]")
+_CONTAINER = ('        if out["process_in_use"] is None and others[biggest] >= reserved:\n'
+              "            del others[biggest]  # this process, named by its host PID from inside"
+              " a container\n")
+_ELSEWHERE = 'elsewhere = max(0, out["total_capacity"] - out["free"] - reserved'
+
+MUTANTS = [
+    # ---------------------------------------------------------------------------- read_oom
+    Mutant(id="oom_truncates", cell="read_oom", find=_ROUND,
+           replace=_ROUND.replace("round(", "int("),
+           lose=_RO, says="round(number x unit)", klass=2,
+           why="int() truncates 15.70 GiB to one byte less than the allocator's number"),
+    Mutant(id="oom_decimal_units", cell="read_oom",
+           find='units = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}',
+           replace='units = {"bytes": 1, "KiB": 10**3, "MiB": 10**6, "GiB": 10**9}',
+           lose=_RO, says="GiB = 2**30", klass=0,
+           why="reads GiB as 10^9 bytes (GB) and MiB as 10^6"),
+    Mutant(id="oom_tie_is_other", cell="read_oom",
+           find='"fragmentation" if frag >= elsewhere else',
+           replace='"fragmentation" if frag > elsewhere else',
+           lose=("test_read_oom_hidden",), says="a tie between the two is fragmentation", klass=2,
+           why="a tie between reserved-unallocated and memory held elsewhere goes to the other "
+               "process"),
+    Mutant(id="oom_request_strict", cell="read_oom",
+           find="    elif max(frag, elsewhere) >= request:",
+           replace="    elif max(frag, elsewhere) > request:",
+           lose=("test_read_oom_hidden",), says="at least the request is enough", klass=2,
+           why="bytes exactly equal to the request are taken as not enough (> instead of >=)"),
+    Mutant(id="oom_no_context_allowance", cell="read_oom",
+           find=_ELSEWHERE + " - 2**30)", replace=_ELSEWHERE + ")",
+           lose=_RO, says="CUDA context", klass=1,
+           why="without NVML, counts this process's own CUDA context as another process's memory"),
+    Mutant(id="oom_ignores_cap", cell="read_oom",
+           find='cap = out["allowed"] if out["allowed"] is not None else out["total_capacity"]',
+           replace='cap = out["total_capacity"]',
+           lose=_RO, says="allowed", klass=1,
+           why="compares the request with the card, not with set_per_process_memory_fraction's "
+               "cap"),
+    Mutant(id="oom_no_container_rule", cell="read_oom", find=_CONTAINER, replace="",
+           lose=_RO, says="container", klass=1,
+           why="inside a container NVML names this very process by its host PID: counted as "
+               "another process"),
+    # ------------------------------------------------------------------------- train_steps
+    Mutant(id="ts_loss_tensors", cell="train_steps", find="        losses.append(loss.item())",
+           replace="        losses.append(loss)",
+           lose=_TS, says="python floats", klass=0,
+           why="keeps the loss tensors (and their graphs) for the learning curve"),
+    Mutant(id="ts_outputs_kept", cell="train_steps", find=_STEP,
+           replace=("    outputs = []\n" + _STEP.replace(
+               "        loss = F.mse_loss(model(x), y)\n",
+               "        out = model(x)\n        outputs.append(out)\n"
+               "        loss = F.mse_loss(out, y)\n")),
+           lose=_TS, says="stays alive", klass=0, why="keeps every step's output for a plot"),
+    Mutant(id="ts_retain_graph", cell="train_steps", find="        loss.backward()\n",
+           replace="        loss.backward(retain_graph=True)\n",
+           lose=_TS, says="retain_graph", klass=0,
+           why="leaves retain_graph=True in: each step's graph and activations outlive its "
+               "backward"),
+    Mutant(id="ts_no_zero_grad", cell="train_steps",
+           find="        optimizer.zero_grad(set_to_none=True)\n", replace="",
+           lose=_TS, says="zero_grad", klass=0,
+           why="removes zero_grad with the leaks: gradients add up across steps"),
+    Mutant(id="ts_hook_logger", cell="train_steps", find="    losses = []\n",
+           replace=("    losses, seen = [], []\n"
+                    "    model[0].register_forward_hook(lambda mod, inp, out: seen.append(out))\n"),
+           lose=_TS, says="stays alive", klass=0,
+           why="a forward hook that logs the first layer's outputs keeps one activation per step"),
+    # ------------------------------------------------------------------------- peak_report
+    Mutant(id="pr_no_preexisting", cell="peak_report",
+           find="    live = sum(b[0] for b in blocks if b[2] is None)", replace="    live = 0",
+           lose=_PR, says="alive before", klass=0,
+           why="starts the replay at 0: what was allocated before recording is not counted"),
+    Mutant(id="pr_last_peak", cell="peak_report", find="        if live > peak:",
+           replace="        if live >= peak:",
+           lose=("test_peak_report_hidden",), says="first moment", klass=2,
+           why="takes the last moment the peak is reached, whose live blocks may differ"),
+    Mutant(id="pr_largest_ever", cell="peak_report", find=_ALIVE,
+           replace="    alive = list(blocks)",
+           lose=("test_peak_report_hidden",), says="largest the trace ever allocated", klass=2,
+           why="reports the largest block of the whole trace, not the largest alive at the peak"),
+    Mutant(id="pr_innermost_frame", cell="peak_report",
+           find="    frame = ml.snapshot.user_frame(largest[1])",
+           replace="    frame = largest[1][0] if largest[1] else None",
+           lose=_PR, says="user_frame", klass=0,
+           why="reports the innermost frame, torch's Linear.forward, not the learner's line"),
+    Mutant(id="pr_all_devices", cell="peak_report",
+           find='        if segment.get("device", 0) != device_index:\n            continue\n',
+           replace="",
+           lose=("test_peak_report_hidden",), says="device_index", klass=1,
+           why="counts the segments of every GPU"),
+    Mutant(id="pr_no_offsets", cell="peak_report", find='            addr += b["size"]\n',
+           replace="",
+           lose=_PR, says="one after the other", klass=1,
+           why="gives every block of a segment the segment's address: open blocks count twice"),
+    # --------------------------------------------------------------------- chunked_lm_loss
+    Mutant(id="cl_no_recompute", cell="chunked_lm_loss", find=_CKPT,
+           replace="chunk_loss(h2[start:stop], weight, t1[start:stop])",
+           lose=_CL, says="recompute", klass=0,
+           why="chunks without recomputation: every chunk's log-probabilities are saved, as "
+               "large as the whole logits"),
+    Mutant(id="cl_counts_ignored", cell="chunked_lm_loss",
+           find="    return total / (t1 != -100).sum()", replace="    return total / t1.numel()",
+           lose=_CL, says="not -100", klass=1,
+           why="divides by every token, the ignored ones included"),
+    Mutant(id="cl_fixed_chunks", cell="chunked_lm_loss",
+           find=("    for start in range(0, h2.shape[0], chunk_size):\n"
+                 "        stop = start + chunk_size\n"),
+           replace="    for start in range(0, h2.shape[0], 64):\n        stop = start + 64\n",
+           lose=("test_chunked_lm_loss_hidden",), says="does not use chunk_size", klass=1,
+           why="hard-codes a chunk size instead of using the argument"),
+    Mutant(id="cl_frozen_head", cell="chunked_lm_loss", find=_CKPT,
+           replace=_CKPT.replace(", weight,", ", weight.detach(),"),
+           lose=_CL, says="gradients differ", klass=0,
+           why="detaches the head's weight inside the chunks: it gets no gradient"),
+]
