@@ -164,9 +164,10 @@ def __getattr__(name: str):
 def _calm_unfinished_cells() -> None:
     """In a notebook kernel, nbgrader's stub left in a cell shows one line, not a traceback
     (memlab.grading.visible.install_calm_stubs); elsewhere nothing happens."""
-    ipython = sys.modules.get("IPython")
+    ipython, zmqshell = sys.modules.get("IPython"), sys.modules.get("ipykernel.zmqshell")
     shell = ipython.get_ipython() if ipython is not None else None
-    if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
+    # a kernel's shell (hosted runtimes subclass it: Colab's Shell), not a terminal IPython
+    if zmqshell is not None and isinstance(shell, zmqshell.ZMQInteractiveShell):
         from .grading.visible import install_calm_stubs
 
         install_calm_stubs(shell)
