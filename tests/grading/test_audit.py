@@ -90,6 +90,83 @@ HOSTILE = [
     ("00_setup", "tensor_bytes", "def f(g=get_ipython):\n    return g()", "process-or-hook API"),
     ("00_setup", "tensor_bytes", "def f(v=vars):\n    return v()", "dynamic code"),
     ("00_setup", "tensor_bytes", "_ih = _ih\nsrc = _ih[-1]", "process-or-hook API"),
+    # an allowed module's own imports are judged as what they are (#31: values, not names)
+    ("00_setup", "tensor_bytes", "mods = torch.sys.modules", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import typing\nf = typing.sys._getframe", "process-or-hook API"),
+    ('00_setup', 'tensor_bytes',
+     'import warnings\nm = warnings.sys.modules',
+     'process-or-hook API'),
+    # what evaluates a string in the cell's globals: string annotations read back
+    ('00_setup', 'tensor_bytes',
+     "import typing\ndef f(a: 'get_ipython'):\n    pass\nip = typing.get_type_hints(f)['a']()",
+     'process-or-hook API'),
+    ('00_setup', 'tensor_bytes',
+     "from typing import ForwardRef\nr = ForwardRef('sys')",
+     'process-or-hook API'),
+    ('00_setup', 'tensor_bytes',
+     'import functools\n@functools.singledispatch\ndef f(x):\n    pass',
+     'process-or-hook API'),
+    ("00_setup", "tensor_bytes", "import os\nos.path.os.system('id')", "process-or-hook API"),
+    ('00_setup', 'tensor_bytes',
+     'from torch import inspect as i\ni.stack()',
+     'process-or-hook API'),
+    ("00_setup", "tensor_bytes", "g = ml.importlib.import_module('gc')", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "import random\n[random][0].Random = int", "dynamic attribute"),
+    ("00_setup", "tensor_bytes", "def f(m=torch):\n    return m", "dynamic attribute"),
+    # string-based attribute lookup, defined dunders, dispatch modes, pickles
+    ('00_setup', 'tensor_bytes',
+     "def f(fn):\n    return getattr(fn, '__glo' + 'bals__')",
+     'dynamic attribute'),
+    ('00_setup', 'tensor_bytes',
+     "def f(fn):\n    return getattr(fn, '__globals__')",
+     'introspection'),
+    ('00_setup', 'tensor_bytes',
+     "import string\nstring.Formatter().get_field('0.x', [print], {})",
+     'process-or-hook API'),
+    ("00_setup", "tensor_bytes", "k = '{0.__globals__}'.format(print)", "introspection"),
+    ("00_setup", "tensor_bytes", "k = '{0._private}'.format(print)", "introspection"),
+    ('00_setup', 'tensor_bytes',
+     "import operator\ng = operator.attrgetter('x')",
+     'process-or-hook API'),
+    ('00_setup', 'tensor_bytes',
+     "class A:\n    __module__ = 'memlab.grading.guard'",
+     'introspection'),
+    ('00_setup', 'tensor_bytes',
+     'class Any(float):\n    def __eq__(self, other):\n        return True\n'
+     'tensor_bytes = lambda s, d: Any(0)',
+     'introspection'),
+    ('00_setup', 'tensor_bytes',
+     "class Late:\n    def __del__(self):\n        print('runs when the grader frees me')",
+     'introspection'),
+    ('00_setup', 'tensor_bytes',
+     'class M(type):\n    pass\nclass A(metaclass=M):\n    pass',
+     'introspection'),
+    ("00_setup", "tensor_bytes", "A = type('A', (), {})", "dynamic code"),
+    ("00_setup", "tensor_bytes", "x = torch.ones(1)\nx.__class__ = int", "introspection"),
+    ("00_setup", "tensor_bytes", "def f(t):\n    return t._base", "private API"),
+    ('00_setup', 'tensor_bytes',
+     'from torch.utils._python_dispatch import TorchDispatchMode\nclass M(TorchDispatchMode):\n'
+     '    pass',
+     'import'),
+    ('00_setup', 'tensor_bytes',
+     'from torch.overrides import TorchFunctionMode\nTorchFunctionMode().__enter__()',
+     'import'),
+    ('00_setup', 'tensor_bytes',
+     "lib = torch.library.Library('aten', 'IMPL')",
+     'process-or-hook API'),
+    ("00_setup", "tensor_bytes", "w = torch.load('data.pt')", "dynamic code"),
+    ("00_setup", "tensor_bytes", "w = torch.load('data.pt', weights_only=False)", "dynamic code"),
+    ('00_setup', 'tensor_bytes',
+     "import timeit\ntimeit.timeit('import os')",
+     'process-or-hook API'),
+    ("00_setup", "tensor_bytes", "import weakref\nweakref.finalize(ml, print)", "import"),
+    # IPython syntax anywhere on a line, and what is not Python at all
+    ("00_setup", "tensor_bytes", "x = !cat /etc/passwd\nprint(x)", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "x = %env", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "%%bash\nsleep 100", "process-or-hook API"),
+    ("00_setup", "tensor_bytes", "cd ..", "does not parse"),
+    ("00_setup", "tensor_bytes", "def tensor_bytes(shape, dtype:\n    return 0", "does not parse"),
+    ("00_setup", "tensor_bytes", "print(_5, _i3)", "process-or-hook API"),
 ]
 
 
@@ -108,7 +185,22 @@ LEGIT = [
     "import os\np = os.path.join('a', 'b')",
     "import sys\nprint('note', file=sys.stderr)\nn = sys.getsizeof([])",
     "import types\nns = types.SimpleNamespace(a=1)",
-    "from torch.utils._python_dispatch import TorchDispatchMode\nclass M(TorchDispatchMode):\n    def __init__(self):\n        super().__init__()\n        self.total = 0",
+    'class Cache:\n    def __init__(self):\n        self._seen = {}\n    def __call__(self, k):\n'
+    '        return self._seen.get(k)',
+    "from collections import namedtuple\nP = namedtuple('P', 'a b')\nd = P(1, 2)._asdict()",
+    "import torch.nn.functional as F\nfrom torch import nn\ny = nn.functional.relu(torch.ones(2))",
+    "for name in ('weight', 'bias'):\n    print(getattr(torch.nn.Linear(2, 2), 'weight').shape)",
+    "if __name__ == '__main__':\n    print('run as a script')",
+    'import time\nt0 = time.perf_counter()\nx = sum(range(10))\n'
+    "print(f'{time.perf_counter() - t0:.3f} s')",
+    "state = torch.load('ckpt.pt', weights_only=True)",
+    'from typing import Optional, List\ndef f(x: Optional[int] = None) -> List[int]:\n'
+    '    return [x or 0]',
+    "import functools\n@functools.lru_cache(maxsize=None)\ndef f(n):\n    return n",
+    'class Budget:\n    def __init__(self):\n        self._elems = 0\nb = Budget()\n'
+    'print(b._elems)',
+    "y = torch.ops.aten.mm.default(torch.ones(2, 2), torch.ones(2, 2))",
+    'def f():\n    """Uses 50% of memory.\n!not a shell line inside a string\n"""\n    return 1',
     "import torch.nn.functional as F\ndef f(model, x):\n    model.weight.data = x\n    return F.relu(x)",
     "import memlab as ml\nx = ml.checkpointing.segment_bounds(8, 2)",
     "def count_param_bytes(model):\n    seen = {}\n    for p in model.parameters():\n        seen[p.untyped_storage().data_ptr()] = p.untyped_storage().nbytes()\n    return int(sum(seen.values()))",
@@ -170,3 +262,36 @@ def test_cells_the_learner_added_are_audited_too():
     assert nb["cells"][2]["source"].startswith("print('NEEDS MANUAL REVIEW: audit: added cell 3")
     assert nb["cells"][3]["source"] == harmless["source"]
     assert audit.audit_notebook(nb, rel, "00_setup") == {}
+
+
+def test_an_added_cell_may_check_against_memlab_unless_an_answer_uses_it():
+    """A learner's own cell that compares an answer with memlab's helper is honest work; the
+    same helper in an added cell that defines something an answer cell reads (or rebinds an
+    answer's name) is the forbidden helper reached another way."""
+    import copy
+
+    a = "01_where_memory_goes"
+    rel = _release(a)
+    [sol] = sorted((ROOT / "solutions" / a).glob("*.ipynb"))
+    nb = _nb(sol)
+    ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in nb["cells"]]
+    at = ids.index("count_param_bytes")
+
+    def added(source):
+        return {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                "source": source}
+
+    check = copy.deepcopy(nb)
+    check["cells"].insert(at + 1, added("print(count_param_bytes(torch.nn.Linear(3, 3)),\n"
+                                        "      ml.param_bytes(torch.nn.Linear(3, 3)))"))
+    assert audit.audit_notebook(check, rel, a) == {}
+    helper = copy.deepcopy(nb)
+    helper["cells"].insert(at, added("def _pb(model):\n    return ml.param_bytes(model)"))
+    cell = helper["cells"][at + 1]
+    cell["source"] = "def count_param_bytes(model):\n    return _pb(model)\n"
+    found = audit.audit_notebook(helper, rel, a)
+    assert [v.rule for vs in found.values() for v in vs] == ["forbidden helper"], found
+    rebind = copy.deepcopy(nb)
+    rebind["cells"].insert(at + 1, added("count_param_bytes = ml.param_bytes"))
+    assert any(v.rule == "forbidden helper" for vs in audit.audit_notebook(rebind, rel, a).values()
+               for v in vs)

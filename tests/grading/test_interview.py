@@ -621,6 +621,42 @@ def test_a_format_width_bomb_is_not_evaluated():
     assert "wide format" in unsafe["answer_q1"] and not values
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "((7 ** 512) ** 512) ** 512",
+        "(2 ** 500) * (3 ** 500) * (5 ** 500) ** 300",
+        "math.prod([10 ** 500] * 1)",
+        "[0] * 10 ** 9",
+        "math.prod([7 ** 512, 7 ** 512]) ** 64",
+    ],
+)
+def test_a_number_bomb_is_not_evaluated_in_the_graders_process(expr):
+    """The clean regrade evaluates answer cells' arithmetic in the instructor's own process: an
+    answer whose value would take minutes and gigabytes to compute (a blind hostile round's
+    ``((k**512)**512)**512``, which stalled a whole batch) is refused before it is computed."""
+    import time
+
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": f"import math\nanswer_q1 = {expr}",
+                "metadata": {
+                    "nbgrader": {"grade": False, "solution": True, "grade_id": "answer_q1"}
+                },
+            }
+        ]
+    }
+    nb["cells"][0]["source"] = f"answer_q1 = {expr}"
+    t0 = time.monotonic()
+    values, unsafe = rv.answer_values(nb)
+    assert time.monotonic() - t0 < 1.0
+    assert "answer_q1" in unsafe and not values, (values, unsafe)
+    ok = {"cells": [{**nb["cells"][0], "source": "answer_q1 = 2 ** 40 * 3 / 1024 ** 3"}]}
+    assert rv.answer_values(ok)[0] == {"answer_q1": 2**40 * 3 / 1024**3}
+
+
 def test_a_regrade_never_reloads_the_graders_modules():
     """04's test cell reloads memlab.rubric in the learner's kernel; the clean regrade runs in
     the grader's process, where a reload would replace the classes every other module holds."""
@@ -653,8 +689,9 @@ def test_a_wrong_attempt_gets_a_hint_first_and_the_key_only_on_request(qid):
     shown = html_unescape(box.feedback.value)
     assert box.item.check(box.answer.value).score < 1.0, shown
     assert not box.hint_button.disabled and not box.reveal_button.disabled
-    assert "expected" not in shown and "the answer is" not in shown and "right order is" not in shown, (
-        f"{qid}: the check of a wrong attempt shows the key: {shown}")
+    assert (
+        "expected" not in shown and "the answer is" not in shown and "right order is" not in shown
+    ), f"{qid}: the check of a wrong attempt shows the key: {shown}"
     if box.item.kind == "numeric":
         assert "too high" in shown, shown
     box.hint_button.click()

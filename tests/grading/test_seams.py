@@ -12,6 +12,8 @@ audit OFF: each attack runs, and the layer under test alone must hold it.
   a real browser (chromium) the feedback page's title stays the course's;
 * socket: a Unix socket server listening outside the sandbox is never reached;
 * chain: a 30-deep chain of processes, each in its own session, is dead when the batch ends;
+* flood: an answer cell that prints 96 MiB: the grader keeps 8 MiB of it and a note (its own
+  memory is not spent on the rest), the stderr line still marks the cell, the tests still run;
 * the honest classmate in the same batch keeps full marks.
 """
 
@@ -110,10 +112,18 @@ display(HTML("<b>bold</b><script>document.title='{PWN}-html'</script>"
 display(Javascript("document.title='{PWN}-js'"))
 _svg = '<svg xmlns="http://www.w3.org/2000/svg" '
 display(SVG(_svg + 'onload="document.title=\\'{PWN}-svg\\'"></svg>'))
+# what is not a tag: an image's metadata written into its tag, a markdown link, MathJax's \\href
+display({{"image/png": "AAAA"}}, raw=True,
+        metadata={{"image/png": {{"width": "1 onerror=document.title='{PWN}-width'"}}}})
+display({{"text/markdown": "[hint](javascript:document.title='{PWN}-mdout')"}}, raw=True)
+display(HTML("$\\\\href{{javascript:document.title='{PWN}-mj'}}{{proof}}$"))
 """
 )
 MARKDOWN = (f"<img src=x onerror=\"document.title='{PWN}-md'\"> a learner's note "
-            f"<script>document.title='{PWN}-md2'</script>")
+            f"<script>document.title='{PWN}-md2'</script>\n\n"
+            f"[the hint](javascript:document.title='{PWN}-link') "
+            f"[again](jav&#97;script:document.title='{PWN}-link2')\n\n"
+            f"$\\href{{javascript:document.title='{PWN}-mj2'}}{{x}}$")
 
 
 def _socket(path: Path) -> str:
@@ -151,6 +161,8 @@ time.sleep(900)  # {marker}
 """
 subprocess.Popen([sys.executable, "-c", _LINK, "30", _LINK])
 time.sleep(4)
+_cg = sorted(set(l.strip().rsplit("/", 1)[-1] for l in open("/proc/self/cgroup")))
+print("cgroups:", " ".join(_cg))
 '''
     )
 
@@ -186,6 +198,15 @@ class _Server:
         self.stop = True
         self.thread.join()
         self.sock.close()
+
+
+# 96 MiB of output in 1 MiB lines (a loop left printing), and one error line on stderr at the end
+FLOOD = """
+for _ in range(96):
+    print("x" * (1 << 20))
+import sys
+print("the last word", file=sys.stderr)
+"""
 
 
 def _marked(marker: str) -> list[int]:
@@ -235,6 +256,7 @@ def graded(request, course, tmp_path_factory):
         "c_socket": with_answer(released, "tensor_bytes", _socket(server.path)),
         "d_chain": with_answer(released, "tensor_bytes", _chain(marker)),
         "e_honest": with_answer(released, "tensor_bytes", CORRECT),
+        "f_flood": with_answer(released, "tensor_bytes", CORRECT + FLOOD),
     }
     for student, nb in subs.items():
         folder = tmp / "class" / student / A
@@ -332,6 +354,11 @@ def test_script_never_reaches_the_instructors_pages(graded):
     live = re.findall(r"<[a-zA-Z][^<>]*\son[a-z]+\s*=[^<>]*>", html)  # a real tag with a handler
     assert not live, live
     assert f"<script>document.title='{PWN}" not in html
+    assert not re.search(r"href\s*=\s*[\"']?\s*(javascript|jav&#97;script):", html, re.I), (
+        "a script link"
+    )
+    typeset = re.sub(r"<pre[^>]*>.*?</pre>", "", html, flags=re.S)  # what MathJax reads (not <pre>)
+    assert "\\href" not in typeset, "a MathJax link (MathJax follows javascript: hrefs)"
     assert "<b>bold</b>" in html, "the harmless part of the output is kept"
     if graded["kind"] != KINDS[0]:
         return  # one browser check is enough
@@ -348,10 +375,21 @@ def test_script_never_reaches_the_instructors_pages(graded):
                 ).as_uri()
             )
             page.wait_for_timeout(1500)
+            for link in page.query_selector_all("a"):  # a link's target runs when clicked
+                try:
+                    link.click(timeout=500)
+                except Exception:  # noqa: BLE001  a hidden or detached link
+                    pass
+            page.wait_for_timeout(300)
             title = page.title()
+            scripted = page.evaluate(
+                "Array.from(document.querySelectorAll('a')).map(a => a.href)"
+                ".filter(h => h.trim().toLowerCase().startsWith('javascript:'))"
+            )
         finally:
             browser.close()
     assert PWN not in title, title
+    assert scripted == [], scripted
 
 
 def test_a_socket_outside_is_unreachable(graded):
@@ -363,8 +401,98 @@ def test_a_process_chain_dies_with_its_job(graded):
     assert graded["alive"] == [], (
         f"{len(graded['alive'])} processes of the chain outlived the batch"
     )
+    from memlab.autograde.security import cgroup
+
+    if cgroup.available() and graded["kind"] == "landlock":
+        # (bubblewrap's kernel sees its own cgroup namespace, and its PID namespace ends it)
+        # where this machine allows job cgroups, the kernel ran in its job's (security.cgroup)
+        course = graded["course"]
+        nb = nbformat.read(
+            course / "autograder" / "work" / "autograded" / "d_chain" / A / f"{A}.ipynb",
+            as_version=4,
+        )
+        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        assert re.search(rf"cgroups:.*\b{cgroup.PREFIX}", text), text[-500:]
 
 
 def test_the_honest_classmate_keeps_full_marks(graded):
     row = graded["report"].by_submission[("e_honest", A)]
     assert row["score"] == 3 and "all tests pass" in row["reason"], row["reason"]
+
+
+def test_a_flood_of_output_is_cut_where_it_arrives(graded):
+    course = graded["course"]
+    path = course / "autograder" / "work" / "autograded" / "f_flood" / A / f"{A}.ipynb"
+    assert path.stat().st_size < 10 * 2**20, f"{path.stat().st_size / 2**20:.0f} MiB kept"
+    nb = nbformat.read(path, as_version=4)
+    [cell] = [
+        c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tensor_bytes"
+    ]
+    streams = [o for o in cell.outputs if o.output_type == "stream"]
+    assert any("output cut by the grader" in o.text and o.name == "stdout" for o in streams)
+    assert any(o.name == "stderr" for o in streams), "the cell's write to stderr was dropped"
+    row = graded["report"].by_submission[("f_flood", A)]
+    assert row["score"] == 3, row["reason"]
+
+
+def test_output_cap_keeps_what_decides_a_score():
+    """Unit: past the cap an error (shortened) and one stderr mark per cell are still kept."""
+    import nbclient.client as nc
+
+    from memlab.autograde.batch.runner import cap_outputs
+
+    def msg(kind, **content):
+        return {
+            "msg_type": kind,
+            "content": content,
+            "parent_header": {"msg_id": "m"},
+            "header": {"msg_type": kind},
+            "metadata": {},
+        }
+
+    cap_outputs(4096)
+    try:
+        client = nc.NotebookClient(nbformat.v4.new_notebook())
+        client.reset_execution_trackers()
+        client.clear_before_next_output = False  # set when a cell starts (nbclient)
+        outs: list = []
+        for _ in range(20):
+            client.output(outs, msg("stream", name="stdout", text="y" * 1000), None, 0)
+        client.output(outs, msg("stream", name="stderr", text="e" * 1000), None, 0)
+        client.output(outs, msg("stream", name="stderr", text="e" * 1000), None, 0)
+        client.output(
+            outs,
+            msg("error", ename="AssertionError", evalue="v" * 5000, traceback=["t" * 10**6]),
+            None,
+            0,
+        )
+    finally:
+        cap_outputs(0)
+    kept = sum(len(o.get("text", "")) for o in outs if o.output_type == "stream")
+    assert kept < 6000, kept
+    assert [o.name for o in outs if o.output_type == "stream" and "cut by" in o.text] == [
+        "stdout",
+        "stderr",
+    ]
+    [err] = [o for o in outs if o.output_type == "error"]
+    assert err.ename == "AssertionError" and len(err.evalue) == 1000 and err.traceback == []
+    assert nc.NotebookClient.output.__name__ == "output" and not hasattr(
+        nc.NotebookClient.output, "__wrapped__"
+    )
+
+
+def test_the_grading_child_has_a_heap_limit(tmp_path):
+    """Unit: _limit_own_memory bounds this process's heap (RLIMIT_DATA), not its libraries."""
+    import subprocess
+    import sys
+
+    code = (
+        "from memlab.autograde.batch.processes import _limit_own_memory\n"
+        "import torch\n"
+        "_limit_own_memory(768)\n"
+        "small = bytearray(64 << 20)\n"
+        "try:\n    big = bytearray(1 << 30)\n    print('allocated')\n"
+        "except MemoryError:\n    print('MemoryError')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "MemoryError", (out.stdout, out.stderr[-500:])

@@ -144,3 +144,26 @@ def test_precheck_says_nothing_about_the_releases_own_tags(tmp_path):
     dest.mkdir()
     (dest / "00_setup.ipynb").write_bytes((release / "00_setup.ipynb").read_bytes())
     assert not [r for r in intake._precheck(dest, release, ["00_setup"]) if "tag" in r]
+
+
+def test_a_linked_folder_is_refused_not_graded_as_its_target(tmp_path):
+    """A student folder, or an assignment folder, that is a link (to a classmate's folder, to
+    solutions/) is never read: grading it would grade the classmate's work under this name."""
+    cls = tmp_path / "class"
+    real = cls / "alice" / "01_x"
+    real.mkdir(parents=True)
+    (real / "01_x.ipynb").write_text("{}")
+    (cls / "mallory").mkdir()
+    (cls / "mallory" / "01_x").symlink_to("../alice/01_x")
+    (cls / "trudy").symlink_to("alice")
+    (cls / "eve").mkdir()
+    (cls / "eve" / "01_x").symlink_to("../../solutions/01_x")   # to nothing here
+    found, ignored = intake._collect_jobs(cls, ["01_x"])
+    assert sorted((s, a) for s, a, _ in found) == [
+        ("alice", "01_x"), ("mallory", "01_x"), ("trudy", "01_x")]
+    assert ignored == ["eve/'01_x' (a link to nothing)"]
+    folders = {s: f for s, _, f in found}
+    assert intake._read_tree(folders["alice"]) == {"01_x.ipynb": b"{}"}
+    for who in ("mallory", "trudy"):
+        with pytest.raises(ValueError, match="is a link, not a folder of its own"):
+            intake._read_tree(folders[who])

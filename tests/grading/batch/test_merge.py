@@ -55,3 +55,30 @@ def test_a_malformed_grade_row_is_refused_not_raised(row):
     that is no number) is refused with a reason; it never raises inside the merge."""
     problems = validate_result(_result(grades={"03.ipynb": {"test_a": row}}), JOB)
     assert problems == ["grade of 03.ipynb/test_a malformed"]
+
+
+def test_a_result_that_cannot_be_recorded_scores_0_and_the_batch_goes_on(monkeypatch):
+    """Recording one result (its files, its gradebook rows) can fail for a reason of its own:
+    a file name longer than the course folder's path allows. That submission is recorded as 0
+    with the reason; nothing is raised to the batch."""
+    from memlab.autograde.batch import grade_class as gc
+
+    recorded = []
+
+    def merge(gb, cd, job, result, ts):
+        if result.get("files"):
+            raise OSError(36, "File name too long")
+        recorded.append(result)
+
+    class _DB:
+        rolled = 0
+
+        def rollback(self):
+            _DB.rolled += 1
+
+    gb = type("GB", (), {"db": _DB()})()
+    monkeypatch.setattr(gc, "_merge_retrying", merge)
+    got = gc.merge_or_zero(gb, None, JOB, _result(), None)
+    assert recorded == [got] and _DB.rolled == 1
+    assert got["status"] != "ok" and "could not be recorded (OSError" in " ".join(got["reasons"])
+    assert all(v[0] == 0.0 for nb in got.get("grades", {}).values() for v in nb.values())

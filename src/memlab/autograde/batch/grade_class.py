@@ -121,6 +121,12 @@ class GradeSettings:
     cell_timeout: int = 300            # Execute.timeout, seconds per cell
     submission_timeout: int = 900      # wall clock per (student, assignment), enforced per job
     memory_mb: int = 4096              # RLIMIT_AS per kernel (0: no limit)
+    grader_memory_mb: int = 3072       # RLIMIT_DATA of each grading child, the unsandboxed
+    #                                    nbgrader process that reads the kernel's outputs (0: none)
+    job_pids_max: int = 512            # tasks (processes and threads) per job at once, in a cgroup
+    #                                    of its own where the machine allows (0: no cgroup)
+    output_cap_mb: int = 8             # outputs kept per notebook while it runs; the rest of what
+    #                                    a cell prints is dropped with a note (0: no cap)
     threads_per_kernel: int = 0        # OMP/MKL threads per kernel (0: kernel_threads())
     scheduler: str | None = None       # Dask scheduler address (tcp://host:8786); None: local
     warm: bool = True                  # fork jobs and kernels from a warm process
@@ -145,6 +151,24 @@ class GradeSettings:
 AUDIT_CHECK = "memlab.autograde.batch.intake:audit_check"
 
 
+def merge_or_zero(gb, cd, job: dict, result: dict, timestamp) -> dict:
+    """:func:`_merge_retrying`, and when recording the result itself fails (a file name the
+    course folder cannot hold, a value the gradebook refuses), the submission is recorded as
+    0 with the reason instead: one submission never stops the batch. Returns what was
+    recorded."""
+    try:
+        _merge_retrying(gb, cd, job, result, timestamp)
+        return result
+    except Exception as exc:  # noqa: BLE001  anything from one result, never the batch
+        gb.db.rollback()
+        failed = _failed_result(job, f"its result could not be recorded ({type(exc).__name__}: "
+                                     f"{_first_line(exc, 120)}): scores 0",
+                                result.get("seconds", 0.0) if isinstance(result, dict) else 0.0)
+        _merge_retrying(gb, cd, job, failed, None)
+        return failed
+
+
+
 def kernel_threads(settings: GradeSettings, n_local: int, cores: int | None = None) -> int:
     """OMP/MKL threads per learner process: ``settings.threads_per_kernel``, else the cores
     shared by what runs at once: ``n_local`` jobs, each running its kernel and (with the
@@ -160,6 +184,9 @@ def kernel_threads(settings: GradeSettings, n_local: int, cores: int | None = No
 def _job_settings(settings: GradeSettings, threads: int) -> dict:
     return {"cell_timeout": int(settings.cell_timeout), "submission_timeout": int(settings.submission_timeout),
             "memory_mb": int(settings.memory_mb), "threads": int(threads), "warm": bool(settings.warm),
+            "grader_memory_mb": int(settings.grader_memory_mb),
+            "job_pids_max": int(settings.job_pids_max),
+            "output_cap_mb": float(settings.output_cap_mb),
             "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
             "sandbox_kind": str(settings.sandbox_kind or "auto"),
             "verdict": bool(settings.verdict),
@@ -377,7 +404,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         if refused:  # graded 0 with their reason, merged like any failed job (never ledgered)
             with Gradebook(cd.db_url, cd.course_id) as gb:
                 for job, res in refused:
-                    _merge_retrying(gb, cd, job, res, None)
+                    res = merge_or_zero(gb, cd, job, res, None)
                     results[(res["student"], res["assignment"])] = res
         skipped = len(results)
         bar = _Progress(len(pending), progress, skipped)
@@ -421,7 +448,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                             ts, ts_problem = _timestamp(job["files"])
                             if ts_problem:
                                 res["reasons"].append(ts_problem)
-                            _merge_retrying(gb, cd, job, res, ts)
+                            res = merge_or_zero(gb, cd, job, res, ts)
                             res.pop("files", None)
                             res.pop("log", None)
                             results[(job["student"], job["assignment"])] = res

@@ -209,6 +209,9 @@ def _read_tree(folder: Path, max_bytes: int = MAX_ZIP_BYTES) -> dict[str, bytes]
     Raises ValueError, before reading a byte of it, for a file whose name is not UTF-8 or when
     the files' sizes (as ``stat`` gives them: a sparse file counts whole) pass ``max_bytes``:
     the caller grades that one submission 0 with the reason and goes on."""
+    for level in (folder, folder.parent):
+        if level.is_symlink():  # a link to a classmate's folder, or to solutions/
+            raise ValueError(f"its folder {level.name!r} is a link, not a folder of its own")
     paths, total = [], 0
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
@@ -257,12 +260,20 @@ def _timestamp(files: dict[str, bytes]):
 def _collect_jobs(src: Path, known: list[str]) -> tuple[list[tuple[str, str, Path]], list[str]]:
     layout = find_layout(src, known)
     found, ignored = [], []
-    for sdir in sorted(p for p in layout.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for sdir in sorted(p for p in layout.iterdir() if not p.name.startswith(".")):
+        if not sdir.is_dir():
+            if sdir.is_symlink():
+                ignored.append(f"{ascii(sdir.name)} (a link to nothing)")
+            continue
         if not _utf8(sdir.name):   # no gradebook row can name this student
             ignored.append(f"{ascii(sdir.name)} (a folder name that is not UTF-8)")
             continue
-        for adir in sorted(p for p in sdir.iterdir() if p.is_dir()):
-            if adir.name in known:
+        for adir in sorted(sdir.iterdir()):
+            if not adir.is_dir():
+                if adir.is_symlink():
+                    ignored.append(f"{sdir.name}/{ascii(adir.name)} (a link to nothing)")
+                continue
+            if adir.name in known:  # a linked folder is refused with its reason (_read_tree)
                 found.append((sdir.name, adir.name, adir))
             elif not adir.name.startswith("."):
                 ignored.append(f"{sdir.name}/{adir.name}")

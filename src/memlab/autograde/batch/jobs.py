@@ -25,6 +25,7 @@ from typing import Any
 from memlab.autograde.batch.intake import _read_tree
 from memlab.autograde.batch.runner import _failed_result, _first_line
 from memlab.autograde.batch.processes import _start_child
+from memlab.autograde.security import cgroup
 
 
 def _slim_gradebook(db_path: Path, dest: Path) -> None:
@@ -118,6 +119,8 @@ def grade_job(job: dict) -> dict:
     finally:
         if handle is not None:
             handle.kill()
+        if s.get("job_pids_max"):  # every process of the job, wherever it moved (security.cgroup)
+            cgroup.empty(jobdir.name)
         shutil.rmtree(jobdir, ignore_errors=True)
     result["seconds"] = round(time.monotonic() - t0, 2)
     return result

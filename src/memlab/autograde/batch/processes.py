@@ -72,10 +72,12 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
     global _ZYGOTE
     s = job["settings"]
     threads = max(1, int(s.get("threads") or 1))
+    pids = max(0, int(s.get("job_pids_max") or 0))
     if not s.get("warm", True):
         popen = subprocess.Popen(
             [sys.executable, "-P", "-c",
-             f"from {__name__} import _child_main; _child_main({str(jobdir)!r}, 0, {threads})"],
+             f"from {__name__} import _child_main; "
+             f"_child_main({str(jobdir)!r}, 0, {threads}, {pids})"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=_child_env(), start_new_session=True)
         return _Child(popen.pid, popen)
@@ -90,7 +92,7 @@ def _start_child(jobdir: Path, job: dict) -> _Child:
                     kernels = 0  # bubblewrap kernels start from their own argv: nothing to pre-fork
                 elif mode == "landlock" and job["settings"].get("verdict", True):
                     kernels *= 2  # and one confined verdict re-run per notebook
-                _ZYGOTE.stdin.write(f"{jobdir}\t{kernels}\t{threads}\n".encode())
+                _ZYGOTE.stdin.write(f"{jobdir}\t{kernels}\t{threads}\t{pids}\n".encode())
                 _ZYGOTE.stdin.flush()
                 line = _ZYGOTE.stdout.readline().strip()
                 return _Child(int(line))
@@ -313,7 +315,7 @@ def _zygote_main() -> None:
     proto.write("ready\n")
     for line in _lines_while_parent_lives(0, parent=parent):
         parts = line.rstrip("\n").split("\t")
-        if len(parts) != 3:
+        if len(parts) != 4:
             continue
         pid = os.fork()
         if pid == 0:
@@ -325,18 +327,25 @@ def _zygote_main() -> None:
                 _set_pdeathsig()  # the zygote dies -> this child dies -> its kernel dies
                 os.dup2(devnull, 0)
                 os.close(proto.fileno())
-                _child_main(parts[0], int(parts[1]), int(parts[2]))
+                _child_main(parts[0], int(parts[1]), int(parts[2]), int(parts[3]))
                 code = 0
             finally:
                 os._exit(code)
         proto.write(f"{pid}\n")
 
 
-def _child_main(jobdir: str, kernels: int = 0, threads: int = 1) -> None:
+def _child_main(jobdir: str, kernels: int = 0, threads: int = 1, pids_max: int = 0) -> None:
     """Grade the job in ``jobdir/job.pkl``; write ``jobdir/result.pkl`` (atomically).
     ``kernels`` warm kernels are forked first: before any thread exists in this process and
-    before the job is loaded (a kernel's memory holds nothing of the job)."""
+    before the job is loaded (a kernel's memory holds nothing of the job). With ``pids_max``,
+    this process first enters a cgroup of its own named after the job's folder, where this
+    machine allows one (:mod:`memlab.autograde.security.cgroup`): every process of the job is in
+    it, at most ``pids_max`` tasks at once, and the job's starter empties it at the end."""
     jobdir_p = Path(jobdir)
+    if pids_max > 0:
+        from memlab.autograde.security import cgroup
+
+        cgroup.enter(jobdir_p.name, pids_max)
     log = os.open(str(jobdir_p / "log.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -347,6 +356,7 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1) -> None:
     with open(jobdir_p / "job.pkl", "rb") as fh:
         job = pickle.load(fh)
     (jobdir_p / "job.pkl").unlink()  # the gradebook copy in it: not left for learner code
+    _limit_own_memory(int(job.get("settings", {}).get("grader_memory_mb") or 0))
     try:
         result = _grade_in_child(job, jobdir_p, kernel_manager=f"{__name__}.WarmKernelManager",
                                  launched=_WarmKernels.launched,
@@ -371,6 +381,23 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1) -> None:
     with open(tmp, "wb") as fh:
         pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, jobdir_p / "result.pkl")
+
+
+def _limit_own_memory(mb: int) -> None:
+    """Bound this grading child's own heap (``RLIMIT_DATA``: private writable memory, not the
+    shared libraries torch maps): it is not sandboxed, and it reads what a learner's kernel
+    sends. A kernel that prints a gigabyte then costs this child a ``MemoryError`` (the job
+    scores 0 with "grader error"), never the machine. Set after the kernels are forked: they
+    carry their own limit (``--memory-mb``)."""
+    if mb <= 0:
+        return
+    import resource
+
+    want = mb * 1024 * 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (want, hard))
 
 
 # ------------------------------------------------------------------ warm kernels

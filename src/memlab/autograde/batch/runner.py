@@ -16,6 +16,7 @@ name and counts are handed in by :mod:`memlab.autograde.batch.processes`.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -241,6 +242,54 @@ def _failed_result(job: dict, reason: str, seconds: float) -> dict:
             "seconds": round(seconds, 2)}
 
 
+OUTPUT_CAP_NOTE = ("[output cut by the grader: this notebook printed more than {mb:g} MiB; "
+                   "what it printed after that is not kept]\n")
+
+
+def cap_outputs(limit_bytes: int) -> None:
+    """Keep at most ``limit_bytes`` of outputs per notebook while nbgrader runs it (this grading
+    child only): nbclient appends every output message the kernel sends to the cell before
+    nbgrader's ``LimitOutput`` trims anything, so a kernel that prints a gigabyte would first
+    cost this unsandboxed process a gigabyte. Past the cap each further output is replaced by
+    one note per cell; an error or a write to stderr is still kept (shortened), so a cell that
+    fails still scores 0."""
+    import nbclient.client as nc
+    import nbformat
+
+    original = getattr(nc.NotebookClient.output, "__wrapped__", nc.NotebookClient.output)
+    if limit_bytes <= 0:
+        nc.NotebookClient.output = original
+        return
+
+    def output(self, outs, msg, display_id, cell_index):
+        used = getattr(self, "_memlab_output_bytes", 0)
+        size = len(json.dumps(msg.get("content", {}), default=str)) if used <= limit_bytes else 0
+        self._memlab_output_bytes = used + size
+        if used + size <= limit_bytes:
+            return original(self, outs, msg, display_id, cell_index)
+        # Past the cap, what decides a score is still kept, small: an error (nbgrader scores a
+        # cell with an error 0), a mark that the cell wrote to stderr (also 0); the rest is dropped.
+        cut = self.__dict__.setdefault("_memlab_cut_cells", set())
+        content = msg.get("content", {})
+        if msg.get("msg_type") == "error":
+            small = {"ename": str(content.get("ename", ""))[:200],
+                     "evalue": str(content.get("evalue", ""))[:1000], "traceback": []}
+            return original(self, outs, {**msg, "content": small}, display_id, cell_index)
+        if msg.get("msg_type") == "stream" and content.get("name") == "stderr":
+            if (cell_index, "stderr") not in cut:
+                cut.add((cell_index, "stderr"))
+                note = OUTPUT_CAP_NOTE.format(mb=limit_bytes / 2**20)
+                outs.append(nbformat.v4.new_output("stream", name="stderr", text=note))
+        elif cell_index not in cut:
+            cut.add(cell_index)
+            note = OUTPUT_CAP_NOTE.format(mb=limit_bytes / 2**20)
+            outs.append(nbformat.v4.new_output("stream", name="stdout", text=note))
+        return None
+
+    output.__wrapped__ = original
+    nc.NotebookClient.output = output
+
+
 def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
                     launched: dict | None = None, confined_manager: str | None = None,
                     launch: Callable | None = None) -> dict:
@@ -296,6 +345,7 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
         overrides.setdefault("SandboxKernelManager", {})["run_root"] = str(jobdir / "run")
     for section, values in (s.get("config_overrides") or {}).items():
         overrides.setdefault(section, {}).update(values)
+    cap_outputs(int(float(s.get("output_cap_mb", 8)) * 1024 * 1024))
     api = course.make_api(config, overrides=overrides)
     cd = api.coursedir
     dest = Path(cd.format_path(cd.submitted_directory, student, assignment))

@@ -54,7 +54,10 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-from dataclasses import dataclass, field
+import re
+import sys
+import types
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from memlab import MODULES as _SHORT_NAMES
@@ -70,7 +73,7 @@ DEFAULT_IMPORTS = frozenset({
     "numbers", "operator", "copy", "contextlib", "warnings", "time", "random", "statistics",
     "numpy", "memlab", "re", "string", "textwrap", "json", "decimal", "fractions", "enum", "abc",
     "heapq", "bisect", "types", "IPython.display", "ipywidgets", "matplotlib", "os", "sys",
-    "datetime", "pprint", "timeit", "weakref",
+    "datetime", "pprint", "timeit",
 })
 # Modules a cell may import but use only through these attributes.
 RESTRICTED_ATTRS: Mapping[str, frozenset[str]] = {
@@ -78,7 +81,24 @@ RESTRICTED_ATTRS: Mapping[str, frozenset[str]] = {
     "sys": frozenset({"stdout", "stderr", "getsizeof", "version", "version_info", "maxsize",
                       "float_info", "platform", "byteorder", "hexversion", "int_info"}),
     "types": frozenset({"SimpleNamespace", "MappingProxyType"}),
+    # timeit.timeit("code") compiles a string: only the clock (time it with time.perf_counter)
+    "timeit": frozenset({"default_timer"}),
+    # the names annotations use; not get_type_hints/ForwardRef, which EVALUATE a string
+    # annotation in the cell's globals (`def f(a: "sys.modules")` would hand out sys.modules)
+    "typing": frozenset({
+        "Any", "Optional", "Union", "List", "Dict", "Tuple", "Set", "FrozenSet", "Callable",
+        "Iterable", "Iterator", "Sequence", "Mapping", "MutableMapping", "MutableSequence",
+        "NamedTuple", "TypedDict", "Literal", "TypeVar", "Generic", "Protocol", "cast",
+        "overload", "Final", "ClassVar", "Type", "Generator", "Hashable", "Sized", "Collection",
+        "Deque", "DefaultDict", "Counter", "OrderedDict", "Annotated", "NoReturn",
+        "TYPE_CHECKING", "Self", "Never", "SupportsFloat", "SupportsInt", "SupportsIndex"}),
+    # not singledispatch, whose register() evaluates annotations the same way
+    "functools": frozenset({"partial", "partialmethod", "reduce", "lru_cache", "cache",
+                            "cached_property", "wraps", "update_wrapper", "cmp_to_key",
+                            "total_ordering"}),
 }
+# A module's attribute that is another module by design (os.path is posixpath or ntpath).
+KNOWN_MODULE_ALIASES = frozenset({"os.path"})
 # Never, even when a policy lists them in allowed_imports by mistake.
 DENIED_MODULES = frozenset({
     "ctypes", "gc", "inspect", "signal", "subprocess", "threading", "_thread", "multiprocessing",
@@ -92,22 +112,44 @@ DENIED_MODULES = frozenset({
     # `from memlab import hostedcheck` are these modules too
     "memlab.grading", "memlab.autograde", "memlab.tools",
     "torch.multiprocessing", "torch.distributed",
+    # what changes what torch's ops do for everyone (kernels, dispatch and function modes), what
+    # loads or compiles code (pickles, extensions, hub, packages), and attribute lookup by string
+    "torch.library", "torch.overrides", "torch.utils._python_dispatch", "torch.utils.cpp_extension",
+    "torch.hub", "torch.package", "torch.serialization", "torch.ops.load_library",
+    "torch.classes",
+    "torch.jit.load", "torch.utils.weak", "numpy.ctypeslib", "numpy.lib.format",
+    "operator.attrgetter", "operator.methodcaller", "string.Formatter", "weakref",
 })
 DYNAMIC_CODE = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars",
                           "breakpoint", "exit", "quit", "help", "copyright", "credits", "license"})
 DYNAMIC_ATTR = frozenset({"getattr", "setattr", "delattr"})
 IPYTHON_NAMES = frozenset({"get_ipython", "In", "Out", "_ih", "_oh", "_dh", "_i", "_ii", "_iii",
                            "__IPYTHON__", "display_pub"})
+# Dunder methods a learner's own class may define: construction, calling, context managers,
+# containers and printing. Comparison, arithmetic and conversion (``__eq__``, ``__float__``,
+# ``__index__``...) are not among them: an answer that is an object of one's own class with
+# those can compare equal to every expected value. ``__del__``, ``__getattr__``, ``__reduce__``
+# run code when the grader touches or frees the object.
+DEFINABLE_DUNDERS = frozenset({
+    "__init__", "__call__", "__repr__", "__str__", "__enter__", "__exit__", "__iter__",
+    "__next__", "__len__", "__getitem__", "__setitem__", "__contains__", "__post_init__",
+})
+# Public names with an underscore: namedtuple's API.
+PUBLIC_UNDERSCORE = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
 ALLOWED_DUNDERS = frozenset({
     "__init__", "__name__", "__qualname__", "__doc__", "__len__", "__call__", "__enter__",
     "__exit__", "__iter__", "__next__", "__getitem__", "__setitem__", "__contains__", "__repr__",
     "__str__", "__class__", "__post_init__", "__version__", "__float__", "__index__", "__add__",
-    "__mul__", "__hash__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__",
+    "__mul__", "__hash__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__main__",
 })
 FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace",
                          "tb_frame", "tb_next", "gi_frame", "gi_code", "cr_frame", "cr_code",
                          "ag_frame", "ag_code", "co_code", "co_consts", "co_names"})
 _BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+_IPYTHON_HISTORY = re.compile(r"^_i?\d+$")  # Out[5] is _5, In[5] is _i5
+_DUNDER_WORD = re.compile(r"__[A-Za-z][A-Za-z0-9_]*?__")
+_FORMAT_PRIVATE = re.compile(r"\{[^{}]*\._")
+TYPE_MAKERS = frozenset({"type"})
 
 
 @dataclass(frozen=True)
@@ -132,8 +174,7 @@ class Policy:
     allow: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
-_COMMON_ALLOW = frozenset({"torch.utils._python_dispatch.TorchDispatchMode",
-                           "torch.utils._pytree.tree_map"})
+_COMMON_ALLOW = frozenset({"torch.utils._pytree.tree_map"})
 def _policy(entry: Assignment) -> Policy:
     return Policy(forbidden=dict(entry.forbidden), forbidden_everywhere=entry.forbidden_everywhere)
 
@@ -185,6 +226,43 @@ def _denied(dotted: str, allowed: Iterable[str]) -> bool:
     return False
 
 
+_MISSING = object()
+
+
+def _module_at(dotted: str) -> types.ModuleType | None:
+    """The module object a dotted path names in the grader's own process, or None (a function,
+    a class, or a module the grader has not imported). Looked up in module ``__dict__``s only:
+    no module ``__getattr__`` runs, nothing is imported."""
+    parts = canonical(dotted).split(".")
+    obj = sys.modules.get(parts[0], _MISSING)
+    for a in parts[1:]:
+        if not isinstance(obj, types.ModuleType):
+            return None
+        obj = obj.__dict__.get(a, sys.modules.get(f"{obj.__name__}.{a}", _MISSING))
+    return obj if isinstance(obj, types.ModuleType) else None
+
+
+def reexport(dotted: str) -> str | None:
+    """Where a dotted path really leads when a module on it is some other module's attribute:
+    ``torch.sys.modules`` -> ``sys.modules``, ``os.path.os.system`` -> ``os.system``,
+    ``memlab.importlib`` -> ``importlib``. None when every module on the path is the one its
+    name says (``torch.nn.functional``, ``memlab.breakdown``: a short name of memlab.MODULES).
+    The audit judges the path it leads to, so an allowed module's imports are no way around
+    the list."""
+    parts = canonical(dotted).split(".")
+    obj = sys.modules.get(parts[0], _MISSING)
+    for i, a in enumerate(parts[1:], 1):
+        if not isinstance(obj, types.ModuleType):
+            return None
+        here = ".".join(parts[: i + 1])
+        nxt = obj.__dict__.get(a, _MISSING)
+        if isinstance(nxt, types.ModuleType) and nxt.__name__ != here \
+                and here not in KNOWN_MODULE_ALIASES and canonical(here) != nxt.__name__:
+            return ".".join([nxt.__name__, *parts[i + 1:]])
+        obj = nxt
+    return None
+
+
 class _Checker(ast.NodeVisitor):
     def __init__(self, cell: str, policy: Policy, notebook_names: frozenset[str],
                  preset_aliases: Mapping[str, str]):
@@ -200,7 +278,9 @@ class _Checker(ast.NodeVisitor):
         self.allow = policy.allow.get(cell, frozenset()) | policy.allow.get("*", frozenset()) \
             | _COMMON_ALLOW
         self._done: set[int] = set()
+        self._alias_values: set[int] = set()  # `F = torch.nn.functional`: a module, not passed on
         self.own_names: set[str] = set()   # names the cell itself binds (set by audit_source)
+        self.own_attributes: frozenset[str] = frozenset()  # the learner's own _fields
 
     # ---------------------------------------------------------------- helpers
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
@@ -217,7 +297,7 @@ class _Checker(ast.NodeVisitor):
             return f"{base}.{node.attr}" if base else None
         return None
 
-    def check_origin(self, node: ast.AST, dotted: str) -> None:
+    def check_origin(self, node: ast.AST, dotted: str, depth: int = 0) -> None:
         if _in(dotted, self.allow):
             return
         top = _top(dotted)
@@ -230,11 +310,30 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "process-or-hook API",
                           f"uses {dotted} (allowed from {top}: {', '.join(sorted(RESTRICTED_ATTRS[top]))})")
                 return
-        if top in ("torch", "memlab", "numpy") and any(
-                p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
-                for p in dotted.split(".")[1:]):
+        if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
+               and p not in PUBLIC_UNDERSCORE for p in dotted.split(".")[1:]):
             self.flag(node, "private API", f"uses {dotted}")
         self.check_forbidden(node, dotted)
+        real = reexport(dotted)
+        if real is not None and depth < 4:
+            if not _in(_top(real), self.policy.allowed_imports) and not _in(real, self.allow):
+                self.flag(node, "process-or-hook API",
+                          f"uses {dotted}, which is the module {real.split('.')[0]} (not allowed "
+                          "in answer cells, under any name)")
+            else:
+                self.check_origin(node, real, depth + 1)
+
+    def check_module_value(self, node: ast.AST, dotted: str) -> None:
+        """A module used as a value (put in a list, passed, returned) leaves the audit's sight:
+        only ``module.attribute`` and ``name = module`` are followed."""
+        if id(node) in self._alias_values or _in(dotted, self.allow):
+            return
+        if "." not in dotted and _top(dotted) in RESTRICTED_ATTRS:
+            return  # said already, with the allowed attributes
+        if _module_at(dotted) is not None:
+            self.flag(node, "dynamic attribute",
+                      f"passes the module {dotted} around as a value (use its attributes by "
+                      "name, or `name = module`)")
 
     def check_forbidden(self, node: ast.AST, dotted: str) -> None:
         if not self.forbidden:
@@ -306,6 +405,8 @@ class _Checker(ast.NodeVisitor):
         return [target]
 
     def _store(self, node: ast.AST, target: ast.AST, value: ast.AST | None) -> None:
+        if isinstance(target, ast.Name) and target.id.startswith("__") and target.id.endswith("__"):
+            self.flag(node, "introspection", f"binds {target.id}")
         if isinstance(target, ast.Name):
             origin = self.resolve(value) if value is not None else None
             if origin:
@@ -323,6 +424,9 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "monkeypatch", f"assigns {what}")
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, (ast.Name, ast.Attribute)):
+            self._alias_values.add(id(node.value))  # `F = torch.nn.functional` is followed
         self.visit(node.value)
         for t in node.targets:
             single = len(self._targets(t)) == 1
@@ -360,6 +464,11 @@ class _Checker(ast.NodeVisitor):
             self.visit(t.slice)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name.startswith("__") and node.name.endswith("__") \
+                and node.name not in DEFINABLE_DUNDERS:
+            self.flag(node, "introspection",
+                      f"defines {node.name} (an answer is a plain value; your own classes may "
+                      f"define only {', '.join(sorted(DEFINABLE_DUNDERS))})")
         self._bind_top(node, node.name)
         self.aliases.pop(node.name, None)
         self.generic_visit(node)
@@ -367,6 +476,8 @@ class _Checker(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for kw in node.keywords:
+            self.flag(node, "introspection", f"class {node.name}({kw.arg}=...)")
         self._bind_top(node, node.name)
         self.aliases.pop(node.name, None)
         self.generic_visit(node)
@@ -377,19 +488,28 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "rebinds the notebook's name", f"global {name} inside a function")
 
     # ---------------------------------------------------------------- reads
-    def _check_attr_name(self, node: ast.Attribute) -> None:
+    def _check_attr_name(self, node: ast.Attribute, resolved: bool = False) -> None:
         a = node.attr
-        if a.startswith("__") and a.endswith("__") and a not in ALLOWED_DUNDERS:
+        dunder = a.startswith("__") and a.endswith("__")
+        if dunder and (a not in ALLOWED_DUNDERS or not isinstance(node.ctx, ast.Load)):
             self.flag(node, "introspection", f"uses .{a}")
         elif a in FRAME_ATTRS:
             self.flag(node, "introspection", f"uses .{a} (frames and code objects)")
+        elif a.startswith("_") and not dunder and not resolved and a not in PUBLIC_UNDERSCORE \
+                and a not in self.own_attributes and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+                and node.value.id not in self.aliases):
+            self.flag(node, "private API",
+                      f"uses .{a} (underscore attributes only on your own self/cls)")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        self._check_attr_name(node)
         dotted = self.resolve(node)
+        self._check_attr_name(node, resolved=dotted is not None)
         if dotted is not None:
             if id(node) not in self._done:
                 self.check_origin(node, dotted)
+                if isinstance(node.ctx, ast.Load):
+                    self.check_module_value(node, dotted)
             # inner parts of the chain are not checked again (os.path.join: os alone is fine)
             inner = node.value
             while isinstance(inner, ast.Attribute):
@@ -408,6 +528,8 @@ class _Checker(ast.NodeVisitor):
             pass  # the learner's own loop variable (`for _i in range(...)`)
         elif n in IPYTHON_NAMES:
             self.flag(node, "process-or-hook API", f"uses {n} (the IPython shell)")
+        elif _IPYTHON_HISTORY.match(n) and n not in self.own_names:
+            self.flag(node, "process-or-hook API", f"uses {n} (IPython's input/output history)")
         elif n == "__builtins__" or (n.startswith("__") and n.endswith("__") and n != "__name__"):
             self.flag(node, "builtins tampering", f"uses {n}")
         if n in DYNAMIC_CODE and n not in self.aliases:
@@ -419,35 +541,110 @@ class _Checker(ast.NodeVisitor):
                           f"passes the module {origin} around (only {origin}.<allowed attribute>)")
             else:
                 self.check_origin(node, origin)
+                self.check_module_value(node, origin)
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
-        if isinstance(f, ast.Name) and f.id in DYNAMIC_ATTR and f.id not in self.aliases and node.args:
+        if isinstance(f, ast.Name) and f.id in DYNAMIC_ATTR | {"hasattr"} \
+                and f.id not in self.aliases and node.args:
             target = self.resolve(node.args[0])
+            name = node.args[1] if len(node.args) > 1 else None
+            literal = isinstance(name, ast.Constant) and isinstance(name.value, str)
             if target is not None:
                 self.flag(node, "dynamic attribute", f"{f.id}() on {target}")
-            elif f.id != "getattr":
+            elif f.id not in ("getattr", "hasattr"):
                 self.flag(node, "dynamic attribute", f"{f.id}() (only plain attribute assignment "
                                                      "on your own objects)")
+            elif not literal:
+                self.flag(node, "dynamic attribute",
+                          f"{f.id}() with a computed name (write the attribute out: x.name)")
+            elif name.value.startswith("_") and name.value not in PUBLIC_UNDERSCORE \
+                    and name.value not in ALLOWED_DUNDERS:
+                self.flag(node, "introspection", f"{f.id}(..., {name.value!r})")
             if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and target is not None \
                     and isinstance(node.args[1].value, str):
                 self.check_origin(node, f"{target}.{node.args[1].value}")
+        if isinstance(f, ast.Name) and f.id in TYPE_MAKERS and f.id not in self.aliases \
+                and len(node.args) == 3:
+            self.flag(node, "dynamic code",
+                      "type(name, bases, namespace) makes a class at run time")
+        origin = self.resolve(f)
+        if origin in ("torch.load", "numpy.load"):
+            key, safe = (
+                ("weights_only", True) if origin == "torch.load" else ("allow_pickle", False)
+            )
+            given = [k.value for k in node.keywords if k.arg == key]
+            if not (
+                len(given) == 1 and isinstance(given[0], ast.Constant) and given[0].value is safe
+            ):
+                self.flag(
+                    node,
+                    "dynamic code",
+                    f"{origin}() without {key}={safe} (a pickle runs code when loaded)",
+                )
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str):
+            hidden = [w for w in _DUNDER_WORD.findall(node.value) if w not in ALLOWED_DUNDERS]
+            frames = FRAME_ATTRS & _words(node.value)
+            if hidden or frames or _FORMAT_PRIVATE.search(node.value):
+                what = (
+                    ", ".join(sorted(set(hidden) | frames))
+                    or "a private attribute in a format field"
+                )
+                self.flag(
+                    node, "introspection", f"a string names {what} (attribute lookup by string)"
+                )
         if isinstance(node.value, str) and self.forbidden_last:
             for name in self.forbidden_last:
                 if name in node.value.replace(" ", ""):
                     words = {w for w in _words(node.value)}
                     if name in words:
-                        self.flag(node, "forbidden helper",
-                                  f"names {name!r} in a string (a way to reach a forbidden helper)")
+                        self.flag(
+                            node,
+                            "forbidden helper",
+                            f"names {name!r} in a string (a way to reach a forbidden helper)",
+                        )
 
 
 def _words(text: str) -> set[str]:
     import re
 
     return set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text))
+
+
+def _defined_attributes(tree: ast.AST) -> frozenset[str]:
+    """Underscore attribute names the code defines itself: assigned on an object
+    (``self._elems = ...``, ``b._n = 0``) or bound in a class body (``_cache = {}``, ``def _f``)."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            out.add(n.attr)
+        elif isinstance(n, ast.ClassDef):
+            for stmt in n.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    out.add(stmt.name)
+                elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                    for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                        out |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+    return frozenset(a for a in out if a.startswith("_") and not a.startswith("__"))
+
+
+def _names_in(source: str) -> tuple[set[str], frozenset[str]]:
+    """(every name the code reads or binds, the underscore attributes it defines); empty for a
+    cell that does not parse."""
+    try:
+        tree = ast.parse(_strip_magics(source)[0])
+    except SyntaxError:
+        return set(), frozenset()
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+    return names, _defined_attributes(tree)
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -467,38 +664,78 @@ def _mark_top(tree: ast.Module) -> None:
         if isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
             for sub in ast.walk(stmt):
                 if isinstance(sub, (ast.stmt,)) and not isinstance(
-                        sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+                ):
                     sub._memlab_top = True  # type: ignore[attr-defined]
 
 
 def _strip_magics(source: str) -> tuple[str, list[int]]:
-    """IPython syntax (``%magic``, ``!cmd``) cannot be parsed as Python: those lines are
-    replaced by ``pass`` and returned (they are violations themselves)."""
-    lines, bad = [], []
-    for i, line in enumerate(source.splitlines(), 1):
+    """IPython syntax (``%magic``, ``!cmd``, ``x = !cmd``, ``obj?``) is found the way the kernel
+    finds it, by IPython's own input transformer; the lines it turns into ``get_ipython()``
+    calls are returned (each one a violation) and replaced by ``pass``, so the rest of the cell
+    is still audited. Without IPython (a bare grader): lines that start with ``%`` or ``!``."""
+    lines = source.splitlines()
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        out = TransformerManager().transform_cell(source).splitlines()
+    except Exception:  # noqa: BLE001  IPython missing, or a cell it cannot transform
+        out = None
+    bad: list[int] = []
+    if out is not None and len(out) == len(lines):
+        for i, (raw, new) in enumerate(zip(lines, out), 1):
+            if new.count("get_ipython()") > raw.count("get_ipython()"):
+                bad.append(i)
+    elif (
+        out is not None and "get_ipython()" in "\n".join(out) and "get_ipython()" not in source
+    ):  # a cell magic (%%...) turns the whole cell
+        bad = list(range(1, len(lines) + 1))
+    for i, line in enumerate(lines, 1):
         s = line.lstrip()
-        if s.startswith(("%", "!")) or s.endswith("?") and not s.startswith("#"):
-            lines.append(line[: len(line) - len(s)] + "pass")
+        if out is None and s.startswith(("%", "!")):
             bad.append(i)
-        else:
-            lines.append(line)
-    return "\n".join(lines), bad
+    stripped = [
+        (line[: len(line) - len(line.lstrip())] + "pass") if i in bad else line
+        for i, line in enumerate(lines, 1)
+    ]
+    return "\n".join(stripped), sorted(set(bad))
 
 
-def audit_source(source: str, cell: str, policy: Policy, *,
-                 notebook_names: Iterable[str] = (), preset_aliases: Mapping[str, str] | None = None
-                 ) -> list[Violation]:
-    """Violations of ``policy`` in one answer cell's ``source`` (grade_id ``cell``)."""
+def audit_source(
+    source: str,
+    cell: str,
+    policy: Policy,
+    *,
+    notebook_names: Iterable[str] = (),
+    preset_aliases: Mapping[str, str] | None = None,
+    own_attributes: Iterable[str] = (),
+) -> list[Violation]:
+    """Violations of ``policy`` in one answer cell's ``source`` (grade_id ``cell``).
+    ``own_attributes``: underscore attribute names the learner's own code defines (assigned on
+    an object, or in a class body): ``budget._elems`` is then the learner's own field."""
     text, magic_lines = _strip_magics(source)
-    out = [Violation(cell, i, "process-or-hook API", "IPython magic or shell command")
-           for i in magic_lines]
+    out = [
+        Violation(cell, i, "process-or-hook API", "IPython magic or shell command")
+        for i in magic_lines
+    ]
     try:
         tree = ast.parse(text)
-    except SyntaxError:
-        return out  # a syntax error fails at run time like any broken answer: not a violation
+    except SyntaxError as e:
+        # Not Python, so nothing here can be audited, and IPython may still run it (its own
+        # syntax, automagics): the cell is not run, like any other violation. An honest typo
+        # loses the same points either way; the reason says where the parse stopped.
+        return out + [
+            Violation(
+                cell,
+                e.lineno or 1,
+                "does not parse",
+                f"not valid Python ({e.msg}); fix the syntax error",
+            )
+        ]
     _mark_top(tree)
     checker = _Checker(cell, policy, frozenset(notebook_names), preset_aliases or {})
     checker.own_names = _bound_names(tree)
+    checker.own_attributes = frozenset(own_attributes) | _defined_attributes(tree)
     checker.visit(tree)
     return out + sorted(checker.out, key=lambda v: (v.line, v.rule, v.detail))
 
@@ -548,33 +785,67 @@ def notebook_context(released) -> tuple[frozenset[str], dict[str, str]]:
     return frozenset(names), aliases
 
 
-def audit_notebook(nb, released, assignment: str, policy: Policy | None = None
-                   ) -> dict[str, list[Violation]]:
+def audit_notebook(
+    nb, released, assignment: str, policy: Policy | None = None
+) -> dict[str, list[Violation]]:
     """{cell name: violations} for every code cell of ``nb`` whose source the learner controls:
     the answer (solution) cells, by grade_id, and every other code cell without a grade_id of the
     release (the release's free "try it" cells and cells the learner added), named ``added cell N`` (N: its position among the notebook's cells, from 1).
     Cells the release locks are restored from it before grading, so they are not audited."""
     policy = policy or policy_for(assignment)
     names, aliases = notebook_context(released)
-    rel_ids = {_meta(c).get("grade_id") for c in released.get("cells", []) if _meta(c).get("grade_id")}
-    answer_ids = {_meta(c).get("grade_id") for c in released.get("cells", [])
-                  if _meta(c).get("solution")}
+    rel_ids = {
+        _meta(c).get("grade_id") for c in released.get("cells", []) if _meta(c).get("grade_id")
+    }
+    answer_ids = {
+        _meta(c).get("grade_id") for c in released.get("cells", []) if _meta(c).get("solution")
+    }
     # Names bound by the release's free cells (code cells without a grade_id, which the learner
     # may edit): a learner's copy of such a cell may rebind them.
-    free_names, _ = notebook_context({"cells": [c for c in released.get("cells", [])
-                                                if not _meta(c).get("grade_id")]})
+    free_names, _ = notebook_context(
+        {"cells": [c for c in released.get("cells", []) if not _meta(c).get("grade_id")]}
+    )
     found: dict[str, list[Violation]] = {}
+    # A cell the learner added may define what an answer cell then calls (or rebind an answer's
+    # own name): such a cell may use none of the assignment's forbidden helpers. An added cell
+    # that shares no name with the answers (a learner checking a result against memlab's own
+    # helper, printing a summary) is judged without them.
+    every = tuple(dict.fromkeys(f for fs in policy.forbidden.values() for f in fs))
+    answer_names: set[str] = set()
+    own_attrs: set[str] = set()
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and (
+            _meta(cell).get("grade_id") in answer_ids or _meta(cell).get("grade_id") not in rel_ids
+        ):
+            read, attrs = _names_in(_src(cell))
+            own_attrs |= attrs
+            if _meta(cell).get("grade_id") in answer_ids:
+                answer_names |= read
+    answer_names -= set(aliases) | set(names)  # ml, torch, the notebook's own: shared by all
     for i, cell in enumerate(nb.get("cells", []), start=1):
         gid = _meta(cell).get("grade_id")
         if cell.get("cell_type") != "code":
             continue
+        cell_policy = policy
         if gid in answer_ids:
             name, own = gid, names - {gid}
         elif gid is None or gid not in rel_ids:
             name, own = added_cell_name(i), names - free_names
+            binds, _ = notebook_context({"cells": [{**cell, "metadata": {}}]})
+            if binds & answer_names:
+                cell_policy = replace(policy, forbidden={**policy.forbidden, name: every})
+            else:
+                cell_policy = replace(policy, forbidden={}, forbidden_everywhere=())
         else:
             continue
-        v = audit_source(_src(cell), name, policy, notebook_names=own, preset_aliases=aliases)
+        v = audit_source(
+            _src(cell),
+            name,
+            cell_policy,
+            notebook_names=own,
+            preset_aliases=aliases,
+            own_attributes=own_attrs,
+        )
         if v:
             found[name] = v
     return found
@@ -595,8 +866,11 @@ def apply_audit(nb, released, assignment: str, policy: Policy | None = None) -> 
     found = audit_notebook(nb, released, assignment, policy)
     if not found:
         return []
-    stubs = {_meta(c).get("grade_id"): _src(c) for c in released.get("cells", [])
-             if _meta(c).get("solution")}
+    stubs = {
+        _meta(c).get("grade_id"): _src(c)
+        for c in released.get("cells", [])
+        if _meta(c).get("solution")
+    }
     reasons = []
     for i, cell in enumerate(nb.get("cells", []), start=1):
         gid = _meta(cell).get("grade_id")
@@ -608,7 +882,7 @@ def apply_audit(nb, released, assignment: str, policy: Policy | None = None) -> 
         why = f"audit: {first}{more}"
         cell["outputs"] = []
         if gid in stubs:
-            cell["source"] = (f"print({REVIEW_PREFIX + ' ' + why!r})\n" + stubs[gid])
+            cell["source"] = f"print({REVIEW_PREFIX + ' ' + why!r})\n" + stubs[gid]
             reasons.append(f"{why}: answer cell not run, its tests score 0 pending review")
         else:  # a cell the learner added: not run; the whole notebook waits for review
             cell["source"] = f"print({REVIEW_PREFIX + ' ' + why!r})\n"

@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None, *, seal: bool = False) -> None:
         _limit(resource.RLIMIT_CPU, cpu_s)
     import memlab.grading  # noqa: F401  captures the originals before learner code runs
 
-    sys.argv = ["ipykernel_launcher", "--IPKernelApp.ignore_cwd=True", *argv]
+    # no automagic: a one-line cell `reset -f` or `cd ..` is a magic only with its `%`, which the
+    # audit sees (memlab.autograde.security.audit); with automagic on it would run unseen
+    sys.argv = ["ipykernel_launcher", "--IPKernelApp.ignore_cwd=True",
+                "--InteractiveShell.automagic=False", *argv]
     if not seal:
         import runpy
 

@@ -20,12 +20,23 @@ nh3 (the Python binding of the Rust sanitiser ammonia, https://github.com/messen
   still shows something; the notebook's saved widget state is dropped;
 * markdown and raw cells whose source is not one of the release's own cells (the learner added
   or edited them) cleaned; the course's own cells are left as written;
-* cell attachments other than images dropped.
+* cell attachments other than images dropped;
+* what nh3 cannot see because it is not a tag: a markdown link, reference or autolink whose
+  target's scheme is not http(s), mailto or a relative link (``[x](javascript:...)``:
+  nbconvert's markdown renderer allows harmful protocols) points to ``#`` instead, and MathJax's
+  ``\\href``, ``\\url``, ``\\class``, ``\\cssId``, ``\\style`` macros are removed (MathJax follows a
+  ``javascript:`` href); in markdown cells, markdown and HTML outputs;
+* output metadata: only a numeric ``width``/``height`` is kept (nbconvert writes them into the
+  image tag unquoted: ``1 onerror=...`` became an event handler), everything else dropped.
 """
 
 from __future__ import annotations
 
-__all__ = ["sanitize_notebook", "clean_html", "KEPT_MIMETYPES"]
+import html as _html
+import re
+from urllib.parse import unquote
+
+__all__ = ["sanitize_notebook", "clean_html", "clean_markdown", "KEPT_MIMETYPES"]
 
 # Rendered as data or escaped text by nbconvert's templates: safe to keep as they are.
 KEPT_MIMETYPES = frozenset({"text/plain", "image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -40,14 +51,65 @@ def clean_html(html: object) -> str:
     return nh3.clean(text)
 
 
+SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
+# [text](target), [label]: target, <scheme:target>
+_LINK = re.compile(
+    r"(\]\(\s*<?)([^)\s>]*)|(^[ \t]*\[[^\]\n]+\]:[ \t]*<?)(\S+)|(<)([a-zA-Z][\w+.-]*:[^>\s]*)(?=>)",
+    re.M,
+)
+_MATHJAX_LINKS = re.compile(r"\\(href|url|class|cssId|style)\s*\{[^{}]*\}", re.I)
+
+
+def _safe_target(target: str) -> bool:
+    """A link target kept as it is: http(s), mailto, or one without a scheme (a relative
+    link, an anchor). Judged after decoding entities and %-escapes and dropping whitespace
+    and control characters, as a browser reads it (``jav&#97;script:`` is ``javascript:``)."""
+    plain = unquote(_html.unescape(target))
+    plain = re.sub(r"[\x00-\x20\x7f]+", "", plain).lower()
+    m = re.match(r"([a-z][a-z0-9+.-]*):", plain)
+    return m is None or m.group(1) in SAFE_SCHEMES
+
+
+def clean_markdown(text: object) -> str:
+    """``text`` (markdown, or HTML that MathJax will typeset) with no tag, link or MathJax
+    macro that runs script: nh3's allow-list, then unsafe link targets and MathJax links."""
+    out = clean_html(text)
+
+    def fix(m: re.Match) -> str:
+        for lead, target in ((1, 2), (3, 4), (5, 6)):
+            if m.group(lead) is not None:
+                t = m.group(target)
+                return m.group(lead) + (t if _safe_target(t) else "#")
+        return m.group(0)
+
+    out = _LINK.sub(fix, out)
+    return _MATHJAX_LINKS.sub("", out)
+
+
+def _clean_metadata(out: dict) -> int:
+    meta = out.get("metadata")
+    if not isinstance(meta, dict) or not meta:
+        return 0
+
+    def numeric(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k in ("width", "height") and type(v) in (int, float)}
+
+    cleaned = numeric(meta)
+    for mime, sub in meta.items():
+        if isinstance(sub, dict) and numeric(sub):
+            cleaned[mime] = numeric(sub)
+    out["metadata"] = cleaned
+    return int(cleaned != meta)
+
+
 def _clean_output(out: dict) -> int:
-    changed = 0
+    changed = _clean_metadata(out)
     data = out.get("data")
     if isinstance(data, dict):
         for mime in list(data):
             if mime in _CLEANED:
                 before = data[mime]
-                data[mime] = clean_html(before)
+                data[mime] = clean_markdown(before)
                 changed += data[mime] != ("".join(before) if isinstance(before, list) else before)
             elif mime not in KEPT_MIMETYPES:
                 del data[mime]
@@ -68,7 +130,7 @@ def sanitize_notebook(nb, release_sources: set[str] | frozenset[str] = frozenset
         for out in cell.get("outputs", []) or []:
             changed += _clean_output(out)
         if cell.cell_type in ("markdown", "raw") and cell.source not in release_sources:
-            cleaned = clean_html(cell.source)
+            cleaned = clean_markdown(cell.source)
             if cleaned != cell.source:
                 cell.source = cleaned
                 changed += 1
