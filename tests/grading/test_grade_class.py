@@ -184,7 +184,7 @@ CORPUS = {
     "wrong_kernelspec": (CORRECT, _kernelspec, 3, "kernelspec 'julia-1.9' ignored"),
     "int_subclass": ("class _Eq(int):\n    def __eq__(self, o):\n        return True\n"
                      "    __hash__ = int.__hash__\n\ndef tensor_bytes(shape, dtype):\n    return _Eq(0)\n",
-                     None, 0, "return a Python int"),
+                     None, 0, "defines __eq__"),
     "patch_measure_peak": (FAKE_PEAK, None, 0, "monkeypatch: assigns memlab.measure_peak"),
     "patch_cuda_max": (TABLE + "\ntorch.cuda.max_memory_allocated = lambda *a, **k: 262144\n", None, 0,
                        "monkeypatch: assigns torch.cuda.max_memory_allocated"),

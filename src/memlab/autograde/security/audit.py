@@ -458,8 +458,10 @@ class _Checker(ast.NodeVisitor):
         # subscripts / attribute bases in a target are still reads (ml.__dict__[...] = ...)
         if isinstance(t, ast.Attribute):
             self._check_attr_name(t)
+            self._alias_values.add(id(t.value))  # the base of `torch.x = ...`: the monkeypatch rule
             self.visit(t.value)
         elif isinstance(t, ast.Subscript):
+            self._alias_values.add(id(t.value))
             self.visit(t.value)
             self.visit(t.slice)
 
