@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from memlab.autograde.batch.runner import _failed_result, _first_line, _grade_in_child, sandbox_mode
+from memlab.autograde.security.cgroup import kill_until_gone
 
 
 class _Child:
@@ -187,22 +188,11 @@ def _sweep_descendants(limit_s: float = 30.0) -> int:
     detached by learner code and reparented here, the subreaper): the whole tree at once,
     however deep, again until none is left (a process that forked between two looks is caught
     on the next), for at most ``limit_s`` seconds. Returns how many were killed."""
-    me, killed = os.getpid(), set()
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        found = _descendants(me, _process_table())
-        if not found:
-            break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except OSError:
-                pass
-        _reap()
-        time.sleep(0.01)
+    me = os.getpid()
+    killed = kill_until_gone(lambda: _descendants(me, _process_table()), limit_s,
+                             pause_s=0.01, between=_reap)
     _reap()
-    return len(killed)
+    return killed
 
 
 def _preload() -> None:

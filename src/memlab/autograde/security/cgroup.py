@@ -23,8 +23,9 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable, Iterable
 
-__all__ = ["available", "enter", "empty", "members", "PREFIX"]
+__all__ = ["available", "enter", "empty", "members", "kill_until_gone", "PREFIX"]
 
 V1 = Path("/sys/fs/cgroup")
 PREFIX = "memlab-job-"
@@ -137,6 +138,29 @@ def _leave(path: Path) -> None:
         pass
 
 
+def kill_until_gone(find: Callable[[], Iterable[int]], limit_s: float, pause_s: float = 0.01,
+                    between: Callable[[], object] | None = None) -> int:
+    """SIGKILL every pid ``find()`` returns, and again, until it returns none (a process that
+    forked between two looks is caught on the next) or ``limit_s`` seconds pass; ``between``
+    runs after each round (the subreaper reaps there). Returns how many pids were killed."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        found = list(find())
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        if between is not None:
+            between()
+        time.sleep(pause_s)
+    return len(killed)
+
+
 def empty(name: str, limit_s: float = 20.0) -> int:
     """Kill every process of the cgroup ``name`` except the caller, until none is left (for at
     most ``limit_s`` seconds), and remove it. Returns how many processes were killed."""
@@ -150,19 +174,7 @@ def empty(name: str, limit_s: float = 20.0) -> int:
                 (path / "cgroup.kill").write_text("1")
             except OSError:
                 pass
-    killed: set[int] = set()
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        left = members(name) - {os.getpid()}
-        if not left:
-            break
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except OSError:
-                pass
-        time.sleep(0.02)
+    killed = kill_until_gone(lambda: members(name) - {os.getpid()}, limit_s, pause_s=0.02)
     for path in paths:
         for _ in range(50):
             try:
@@ -170,4 +182,4 @@ def empty(name: str, limit_s: float = 20.0) -> int:
                 break
             except OSError:  # a killed process not yet reaped by its parent
                 time.sleep(0.05)
-    return len(killed)
+    return killed
