@@ -27,14 +27,17 @@ gets a reason that says so; a test cell the re-run never reached (the process wa
 out of time or memory) scores 0 with the reason. Nothing the first kernel did reaches the
 re-run: it starts from the submitted files (after the pre-checks), in its own folder.
 
-What this does not do: the learner's answer code still runs in the same interpreter as the
-test that judges it (a test must call it). What keeps it from reaching the harness (its pipe,
-its frames) is the static audit, which refuses introspection, ``gc``, ``sys``/``os`` hooks and
+The test cells an assignment names in ``Assignment.judged`` never run here: the judge
+(:mod:`memlab.autograde.security.judge`), a process that runs no learner code, decides them,
+calling the learner's functions in this process through a channel of plain data.
+
+What this does not do: for the other test cells, the learner's answer code still runs in the
+same interpreter as the test that judges it (a test must call it). What keeps it from reaching
+the harness (its pipe, its frames) is the static audit, which refuses introspection, ``gc``, ``sys``/``os`` hooks and
 the import machinery before anything runs. See autograder/README.md, Security.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import hmac
 import json
@@ -46,10 +49,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 # the same reading of a cell's nbgrader metadata and source
 from memlab.autograde.security.audit import _meta, _src
+# one cell or one call, by nbgrader's rules, in the fresh process (shared with the judge)
+from memlab.autograde.security.cells import Report, call_captured, fresh_namespace, run_cell, score
 
 __all__ = ["Verdict", "program_of", "rerun", "score", "combine", "main"]
 
@@ -112,8 +117,8 @@ def _harness_argv(memory_mb: int, cell_timeout: float, report_fd: int) -> list[s
 
 def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, str],
           points: Mapping[str, float], *, sandboxed: bool, wall_seconds: float,
-          cell_timeout: float = 300, memory_mb: int = 0,
-          launch: Callable | None = None) -> tuple[dict[str, Verdict], str]:
+          cell_timeout: float = 300, memory_mb: int = 0, launch: Callable | None = None,
+          judged: Mapping[str, tuple[str, ...]] | None = None) -> tuple[dict[str, Verdict], str]:
     """Re-run ``notebook`` (a submitted notebook after the pre-checks) in a fresh process.
 
     ``submitted``: the folder whose other files (data the notebook reads) are copied into the
@@ -121,11 +126,17 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
     :meth:`memlab.autograde.batch.processes._WarmKernels.take`): the process is a pre-forked warm one that
     confines itself to ``workdir``; otherwise a new interpreter, under bubblewrap when
     ``sandboxed``. Returns ({grade_id: Verdict} for every test cell in ``points``, problem)
-    where problem is "" or why the run ended early."""
+    where problem is "" or why the run ended early.
+
+    ``judged``: test grade_id -> the learner's names it calls, for the cells the judge decides
+    in a process that runs no learner code (:mod:`.judge`); their source never reaches this
+    re-run."""
     import nbformat
 
+    from memlab.autograde.security import judge
+
     nb = nbformat.read(str(notebook), as_version=4)
-    program = program_of(nb, trusted, points)
+    program, judge_cells = judge.split(program_of(nb, trusted, points), dict(judged or {}))
     workdir.mkdir(parents=True, exist_ok=True)
     for item in submitted.iterdir():  # data files, never the notebooks or a kernel folder
         if item.name.startswith(".") or item.suffix == ".ipynb":
@@ -133,10 +144,18 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
         if item.is_file() and not item.is_symlink():
             shutil.copy(item, workdir / item.name)
     key = secrets.token_hex(32)
-    (workdir / PROGRAM).write_text(json.dumps({"cells": program, "key": key}))
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     log_path = workdir.parent / f"{workdir.name}.log"
     t0 = time.monotonic()
+    judging = None
+    if judge_cells:
+        judging = _Judge(judge_cells, workdir, env, wall_seconds, cell_timeout, memory_mb)
+        if not judging.ready:  # its cells get no verdict (they score 0, said so)
+            judging = None
+            program = [{k: v for k, v in c.items() if k != "sync"} for c in program
+                       if c["kind"] != "judged"]
+    (workdir / PROGRAM).write_text(json.dumps({"cells": program, "key": key,
+                                               "channel": judging is not None}))
     if launch is not None:
         from memlab.autograde.security.landlock import confined_env
 
@@ -174,12 +193,85 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
         proc.kill()
         proc.wait()
     verdicts, problem = parse(raw, program, points, key)
+    if judging is not None:
+        found, why = judging.finish(points)
+        verdicts.update(found)
+        problem = problem or why
+    elif judge_cells:
+        problem = problem or "the judge did not start"
     if problem and proc.returncode not in (0, None):
         problem = f"{problem} (the process ended with {_exit_text(proc.returncode)})"
     if problem == "the re-run did not start":
         tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
         problem = f"{problem}; harness log: {' | '.join(tail)[:300]}"
     return verdicts, problem
+
+
+JUDGE = (sys.executable, "-P", "-c", "from memlab.autograde.security.judge import main; main()")
+
+
+class _Judge:
+    """The judge of one re-run (:mod:`.judge`): started, and ready, before the worker; its
+    report read once the worker is done."""
+
+    def __init__(self, cells: list[dict], workdir: Path, env: dict, wall_seconds: float,
+                 cell_timeout: float, memory_mb: int):
+        from memlab.autograde.security import judge
+
+        self.cells = [{**c, "kind": "test" if c["kind"] == "test" else "locked"} for c in cells]
+        self.key = secrets.token_hex(32)
+        folder = workdir.parent / f"{workdir.name}.judge"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "judge.json").write_text(json.dumps({"cells": cells, "key": self.key}))
+        for name in judge.FIFOS:
+            os.mkfifo(workdir / name, 0o600)
+        r, w = os.pipe()
+        os.set_inheritable(w, True)
+        argv = [*JUDGE, "--report-fd", str(w), "--cell-timeout", f"{float(cell_timeout):g}",
+                "--memory-mb", str(int(memory_mb or 0)), "--folder", str(workdir), "judge.json"]
+        self.deadline = time.monotonic() + wall_seconds + 5
+        with open(folder.parent / f"{workdir.name}.judge.log", "wb") as log:
+            try:
+                self.proc = subprocess.Popen(argv, cwd=str(folder), env=env,
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=log, pass_fds=(w,), start_new_session=True)
+            finally:
+                os.close(w)
+        self.fd = r
+        self.raw = b""
+        self.ready = self._first_line(time.monotonic() + min(120.0, wall_seconds))
+        if not self.ready:
+            self._stop()
+            for name in judge.FIFOS:
+                (workdir / name).unlink(missing_ok=True)
+
+    def _first_line(self, deadline: float) -> bool:
+        import select
+
+        while b"\n" not in self.raw and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], 1.0)
+            if ready:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    break
+                self.raw += chunk
+        return b"\n" in self.raw
+
+    def finish(self, points: Mapping[str, float]) -> tuple[dict[str, Verdict], str]:
+        # the worker is done: the judge has at most its report left to write
+        self.raw += _read_until(self.fd, min(self.deadline, time.monotonic() + 15), self.proc)
+        self.fd = -1
+        self._stop()
+        found, problem = parse(self.raw, self.cells, points, self.key)
+        return found, (f"the judge: {problem}" if problem else "")
+
+    def _stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _read_until(fd: int, deadline: float, proc, limit: int = 4 * 2**20) -> bytes:
@@ -289,64 +381,11 @@ def combine(grades: dict[str, list], verdicts: Mapping[str, Verdict], problem: s
 
 # --------------------------------------------------------------- inside the fresh process
 
-def score(max_points: float, error: str, stderr: str, value: Any) -> tuple[float, str]:
-    """nbgrader's rule (``nbgrader.utils.determine_grade``) for one test cell: an error or any
-    stderr output scores 0; a last-expression value that reads as a number in [0, max] is
-    partial credit; anything else scores full marks."""
-    if error:
-        return 0.0, f"failed: {error}"
-    if stderr:
-        return 0.0, f"wrote to stderr: {stderr.strip().splitlines()[-1][:160] if stderr.strip() else '(blank)'}"
-    if value is not None:
-        try:
-            grade = float(repr(value))
-        except (TypeError, ValueError):
-            return float(max_points), ""
-        if 0.0 <= grade <= max_points:
-            return grade, "" if grade == max_points else f"partial credit {grade:g}"
-        return (0.0, f"partial credit {grade:g} above the cell's points") if grade > max_points \
-            else (float(max_points), "")
-    return float(max_points), ""
-
-
-class _Capture:
-    """A text stream for sys.stdout / sys.stderr during one cell (keeps the first 64 KiB)."""
-
-    LIMIT = 64 * 1024
-
-    def __init__(self):
-        self.parts: list[str] = []
-        self.size = 0
-
-    def write(self, s) -> int:
-        s = str(s)
-        if self.size < self.LIMIT:
-            self.parts.append(s[: self.LIMIT - self.size])
-        self.size += len(s)
-        return len(s)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-    @property
-    def encoding(self) -> str:
-        return "utf-8"
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 def main(argv: list[str] | None = None) -> None:
     """The harness: ``python -c 'from memlab.autograde.security.verdict import main; main()' [--memory-mb N]
     [--cell-timeout S] program.json``, with the report pipe on the one inherited descriptor
     above 2. Imports its trusted modules before any learner code, then runs the program."""
     import resource
-    import signal
-    import tempfile
-    import types
 
     argv = list(sys.argv[1:] if argv is None else argv)
     from memlab.autograde.security.kernel import course_only_path
@@ -368,82 +407,45 @@ def main(argv: list[str] | None = None) -> None:
     _limit(resource.RLIMIT_CORE, 0)
     if memory_mb > 0 and not _nvidia_gpu_visible():
         _limit(resource.RLIMIT_AS, memory_mb * 1024 * 1024)
-    try:
-        report = os.fdopen(os.dup(out_fd), "w", buffering=1, encoding="utf-8")
-        os.close(out_fd)
-    except OSError:
-        sys.stderr.write("verdict harness: no report pipe\n")
-        sys.exit(2)
-    os.set_inheritable(report.fileno(), False)
-    dumps = json.dumps
-    key: list[bytes] = []
-
-    def send(obj: dict) -> None:
-        text = dumps(obj, sort_keys=True)
-        sig = hmac.new(key[0], text.encode(), hashlib.sha256).hexdigest() if key else ""
-        report.write(f"{text}\t{sig}\n")
+    report = Report(out_fd)
 
     import torch  # noqa: F401  trusted modules first: the guard captures the originals
 
     import memlab  # noqa: F401
     import memlab.grading  # noqa: F401
     import memlab.grading.guard  # noqa: F401
+    from memlab.autograde.security import judge
 
     with open(program_path, encoding="utf-8") as f:
         loaded = json.load(f)
     os.unlink(program_path)  # neither the hidden tests nor the key are left for learner code
     program = loaded["cells"]
-    key.append(bytes.fromhex(loaded["key"]))
+    report.key = bytes.fromhex(loaded["key"])
+    link = None
+    if loaded.get("channel"):  # the judge's pipes: opened before any learner code, then removed
+        tx = os.open(judge.FIFOS[0], os.O_WRONLY)
+        rx = os.open(judge.FIFOS[1], os.O_RDONLY)
+        for name in judge.FIFOS:
+            os.unlink(name)
+        link = (tx, rx)
     del loaded
 
-    main_mod = types.ModuleType("__main__")
-    main_mod.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = main_mod
-    ns = main_mod.__dict__
-
-    class _CellTimeout(BaseException):  # not an Exception: `except Exception` cannot keep it
-        pass
-
-    def _alarm(signum, frame):
-        raise _CellTimeout(f"cell ran past {cell_timeout:g} s")
-
-    signal.signal(signal.SIGALRM, _alarm)
-    real_out, real_err = sys.stdout, sys.stderr
-    send({"ready": True})
+    ns = fresh_namespace()
+    call = call_captured(cell_timeout)
+    report.send({"ready": True})
     n = 0
     for cell in program:
-        source, kind = cell["source"], cell["kind"]
-        out, err = _Capture(), _Capture()
-        saved = os.dup(2)
-        fd_err = tempfile.TemporaryFile()
-        os.dup2(fd_err.fileno(), 2)
-        sys.stdout, sys.stderr = out, err
-        error, value = "", None
-        try:
-            # re-raised every second after the limit, should the cell swallow the first one
-            signal.setitimer(signal.ITIMER_REAL, cell_timeout, 1.0)
-            tree = ast.parse(source, filename=f"<cell {cell.get('grade_id') or kind}>")
-            last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
-            # the tests it re-runs
-            exec(compile(tree, f"<cell {cell.get('grade_id') or kind}>", "exec"), ns)  # noqa: S102
-            if last is not None:
-                value = eval(compile(last, f"<cell {cell.get('grade_id') or kind}>", "eval"), ns)
-        except BaseException as exc:  # noqa: BLE001  a cell's failure is data, never the end
-            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            sys.stdout, sys.stderr = real_out, real_err
-            os.dup2(saved, 2)
-            os.close(saved)
-        fd_err.seek(0)
-        c_err = fd_err.read(_Capture.LIMIT).decode("utf-8", "replace")
-        fd_err.close()
-        if kind == "test":
-            s, why = score(float(cell["points"]), error, err.text() + c_err, value)
-            send({"n": n, "grade_id": cell["grade_id"], "score": s, "why": why})
-            n += 1
-    send({"done": True})
-    report.flush()
+        kind = cell["kind"]
+        if kind != "judged":
+            label = f"<cell {cell.get('grade_id') or kind}>"
+            error, value, _, err = run_cell(cell["source"], ns, label, cell_timeout)
+            if kind == "test":
+                s, why = score(float(cell["points"]), error, err, value)
+                report.send({"n": n, "grade_id": cell["grade_id"], "score": s, "why": why})
+                n += 1
+        if (kind == "judged" or cell.get("sync")) and link is not None:
+            if not judge.serve(*link, ns, cell["at"], cell["grade_id"], call):
+                link = None  # the judge went away: its cells get no verdict
+    report.send({"done": True})
+    report.close()
     os._exit(0)  # no atexit hooks or finalizers of learner objects after the report
