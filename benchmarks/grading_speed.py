@@ -10,7 +10,8 @@ started here (``dask scheduler`` + 2 ``dask worker`` processes on localhost, 1 t
 4. (``--cold``) with 2 local workers and no warm fork (a fresh interpreter per job and per
 kernel: the cost the warm zygote removes), (``--bwrap``) with 2 local workers and the
 bubblewrap sandbox instead of Landlock on warm forks, (``--without-verdict``) with 2 local
-workers and no verdict re-run, 5. (``--resume``) the CLI with 2 workers is
+workers and no verdict re-run, (``--without-judge``) with 2 local workers and the judged test
+cells decided in the re-run itself instead of the judge (memlab.autograde.security.judge), 5. (``--resume``) the CLI with 2 workers is
 interrupted (SIGINT, as Ctrl-C) once half the class is graded, then run again: the second run
 grades only the rest; its wall time is printed.
 
@@ -112,6 +113,9 @@ def main() -> None:
     parser.add_argument("--without-verdict", action="store_true",
                         help="also 2 workers without the verdict re-run (what the second run of "
                              "every notebook costs)")
+    parser.add_argument("--without-judge", action="store_true",
+                        help="also 2 workers with no judge (what deciding the judged cells in a "
+                             "process of their own costs)")
     parser.add_argument("--resume", action="store_true", help="also interrupt and resume a batch")
     parser.add_argument("--runs", default="1,2,dask", help="which of 1,2,dask to run (default all)")
     args = parser.parse_args()
@@ -147,6 +151,8 @@ def main() -> None:
             runs.append(("2 local, bubblewrap", GradeSettings(workers=2, resume=False, sandbox_kind="bwrap")))
         if args.without_verdict:
             runs.append(("2 local, no verdict re-run", GradeSettings(workers=2, resume=False, verdict=False)))
+        if args.without_judge:
+            runs.append(("2 local, no judge", GradeSettings(workers=2, resume=False, judge=False)))
         per_assignment: dict[str, float] = {}
         cpu_per_assignment: dict[str, float] = {}
         for label, settings in runs:

@@ -72,6 +72,33 @@ def test_entry_names_real_things(name):
     assert set(entry.forbidden) <= gids, f"{name}: forbidden helpers for unknown cells"
 
 
+@pytest.mark.parametrize("name", [n for n in SOLUTIONS if ASSIGNMENTS[n].judged])
+def test_judged_cells_are_tests_of_functions_the_answers_define(name):
+    """Each judged cell is a graded test cell; each name it calls is one an answer cell binds;
+    no cell the worker still runs reads a name a judged cell binds (the worker never runs
+    those cells, so such a name would be missing there)."""
+    from memlab.autograde.security import judge
+
+    cells = json.loads(next((ROOT / "solutions" / name).glob("*.ipynb")).read_text())["cells"]
+    meta = [(c.get("metadata", {}).get("nbgrader") or {}) for c in cells]
+    src = ["".join(c["source"]) for c in cells]
+    tests = {m.get("grade_id") for m in meta if m.get("grade") and not m.get("solution")}
+    answers = set().union(*(judge.binds(s) for s, m in zip(src, meta) if m.get("solution")))
+    judged = ASSIGNMENTS[name].judged
+    assert set(judged) <= tests, f"{name}: judged cells that are no test cell: " \
+        f"{set(judged) - tests}"
+    for gid, names in judged.items():
+        assert set(names) <= answers, \
+            f"{name}/{gid}: {set(names) - answers} is bound by no answer cell"
+    bound: set[str] = set()
+    for s, m in zip(src, meta):
+        if m.get("grade_id") in judged:
+            bound |= judge.binds(s)
+        elif bound & (judge.reads(s) - judge.binds(s)):  # a cell's own loop names are its own
+            pytest.fail(f"{name}/{m.get('grade_id')} reads {sorted(bound & judge.reads(s))}, "
+                        "bound only in a judged cell")
+
+
 def test_07_lists_the_rubrics_of_its_questions():
     from memlab.grading.interview import QUESTIONS
 

@@ -34,6 +34,11 @@ class Assignment:
     # "module:function" hooks the class report runs on each graded notebook of the assignment;
     # each returns a list of review reasons (memlab.autograde.batch.report)
     report_hooks: tuple[str, ...] = ()
+    # test grade_id -> the learner's names it calls: the test cells decided by the judge, in a
+    # process that runs no learner code (memlab.autograde.security.judge); every argument and
+    # result of those names is plain data (memlab.autograde.security.channel). A test cell not
+    # named here is decided in the re-run beside the learner's code (autograder/README.md).
+    judged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 _COUNTERS = ("memlab.param_bytes", "memlab.grad_bytes", "memlab.optimizer_state_bytes",
@@ -42,11 +47,19 @@ _COUNTERS = ("memlab.param_bytes", "memlab.grad_bytes", "memlab.optimizer_state_
 _ESTIMATORS = ("memlab.calculator.estimate", "memlab.calculator.layer_activation_bytes",
                "memlab.estimate_training_step", "memlab.estimate.estimate_training_step")
 
+
+def _judged(*functions: str) -> dict[str, tuple[str, ...]]:
+    """Both test cells (visible and hidden) of each function, judged outside the learner's
+    process (``Assignment.judged``)."""
+    return {f"test_{f}{tail}": (f,) for f in functions for tail in ("", "_hidden")}
+
+
 # the clean regrade of written answers outside the learner's kernel (memlab.autograde.review)
 _WRITTEN = ("memlab.autograde.review:answers_audit",)
 
 ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
-    Assignment("00_setup", forbidden={"tensor_bytes": ("memlab.storage_bytes",)}),
+    Assignment("00_setup", forbidden={"tensor_bytes": ("memlab.storage_bytes",)},
+               judged=_judged("tensor_bytes")),
     Assignment(
         "01_where_memory_goes", lesson="calculator", report_hooks=_WRITTEN,
         rubrics=("peak_moves", "bytes_conventions"),
@@ -62,17 +75,20 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
     Assignment("02_checkpointing", lesson="checkpointing", rubrics=("checkpointing_cost",),
                report_hooks=_WRITTEN,
                forbidden={"predict_ratio": ("memlab.formulas.chen_segment_cost",),
-                          "choose_segments": ("memlab.formulas.optimal_segments",)}),
+                          "choose_segments": ("memlab.formulas.optimal_segments",)},
+               judged=_judged("choose_segments")),
     Assignment("03_mixed_precision", lesson="amp", rubrics=("fp16_loss_scaling",),
-               report_hooks=_WRITTEN),
+               report_hooks=_WRITTEN, judged=_judged("fp16_underflow_fraction")),
     Assignment("04_accumulation", lesson="accumulation", rubrics=("accumulation_equivalence",),
                report_hooks=_WRITTEN,
                forbidden_everywhere=("memlab.accumulation.full_batch_gradients",)),
     Assignment("05_oom_clinic", lesson="oom", rubrics=("oom_before_batch",),
                report_hooks=_WRITTEN,
-               forbidden={"configure_job": ("memlab.oom.reference", "memlab.oom.clinic_budgets")}),
+               forbidden={"configure_job": ("memlab.oom.reference", "memlab.oom.clinic_budgets")},
+               judged={f"test_configure_{k}": ("configure_job",)
+                       for k in ("loose", "tight", "hidden")}),
     Assignment("06_sharding", lesson="distributed", rubrics=("sharding_when_why",),
-               report_hooks=_WRITTEN,
+               report_hooks=_WRITTEN, judged=_judged("predict_rank_bytes"),
                forbidden={"predict_rank_bytes": (
                    "memlab.distributed._fsdp_rows", "memlab.distributed._zero1_owner",
                    "memlab.distributed.launch", "memlab.distributed._one_step",
@@ -99,7 +115,8 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
         "09_serving_memory", lesson="serving",
         forbidden={"kv_cache_bytes": ("memlab.calculator",), "max_batch": ("memlab.calculator",)},
         guard_helpers=("memlab.lessons.serving.generate", "memlab.lessons.serving.cache_bytes",
-                       "memlab.lessons.serving.decode_peak", "memlab.lessons.serving.TinyDecoder")),
+                       "memlab.lessons.serving.decode_peak", "memlab.lessons.serving.TinyDecoder"),
+        judged=_judged("kv_cache_bytes", "max_batch")),
     # read right after 05; the library's reader, readers and chunked loss are the three answers
     Assignment(
         "10_debugging_memory", lesson="debugging",

@@ -141,6 +141,9 @@ class GradeSettings:
     audit: bool = True                 # static audit of answer cells (drops audit_check when False)
     verdict: bool = True               # re-run the tests outside the learner's kernel, lower score
     #                                    counts (memlab.autograde.security.verdict)
+    judge: bool = True                 # decide Assignment.judged cells in the judge, a process
+    #                                    that runs no learner code (security.judge); False only
+    #                                    to measure what it costs (benchmarks/grading_speed.py)
     config_overrides: dict = field(default_factory=dict)  # hook: nbgrader config per job,
     #                                  {"Section": {"trait": value}}, applied after the course's
     resume: bool = True                # skip submissions already in <out>/ledger.jsonl
@@ -189,7 +192,7 @@ def _job_settings(settings: GradeSettings, threads: int) -> dict:
             "output_cap_mb": float(settings.output_cap_mb),
             "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
             "sandbox_kind": str(settings.sandbox_kind or "auto"),
-            "verdict": bool(settings.verdict),
+            "verdict": bool(settings.verdict), "judge": bool(settings.judge),
             "checks": [c for c in settings.checks if settings.audit or c != AUDIT_CHECK],
             "config_overrides": copy.deepcopy(settings.config_overrides)}
 

@@ -441,6 +441,12 @@ class _VerdictRuns:
         self.launch = launch
         from nbgrader.api import Gradebook, MissingEntry
 
+        from memlab.grading.assignments import ASSIGNMENTS
+
+        known = ASSIGNMENTS.get(job["assignment"])
+        judging = known is not None and job["settings"].get("judge", True)
+        self.judged = dict(known.judged) if judging else {}
+
         self.t0 = time.monotonic()
         self.sources: dict[str, tuple[dict, dict]] = {}
         self.found: dict[str, tuple[dict, str]] = {}
@@ -472,7 +478,8 @@ class _VerdictRuns:
             self.found[name] = verdict.rerun(
                 dest / f"{name}.ipynb", dest, jobdir / "verdict" / name, trusted, points,
                 sandboxed=sandbox_state(s)[0], wall_seconds=wall, launch=self.launch,
-                cell_timeout=float(s.get("cell_timeout") or 300), memory_mb=int(s.get("memory_mb") or 0))
+                cell_timeout=float(s.get("cell_timeout") or 300),
+                memory_mb=int(s.get("memory_mb") or 0), judged=self.judged)
         except Exception as exc:  # the grader's own failure: no verdict, said so
             self.found[name] = ({}, f"the re-run could not run ({type(exc).__name__}: {exc})")
 
