@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from memlab.grading.answers.concepts import LENGTH_COST
 from memlab.grading.answers.grade import RUBRICS, grade_numeric, grade_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,10 +240,20 @@ def test_over_limit_answer_shows_word_count_and_content():
     n = len(answer.split())
     assert n > rubric.max_words
     r = grade_text(answer, "checkpointing_cost")
-    assert r.score == 0.0
-    assert f"{n} words, over the limit of {rubric.max_words}" in r.feedback[0]
-    assert any(line.startswith("content, not scored: it would score 1.00") for line in r.feedback)
+    # graded on its content (every idea is there), less the fixed cost of the length: never 0
+    assert r.score == pytest.approx(1.0 - LENGTH_COST), r.report()
+    assert f"{n} words, over the limit of {rubric.max_words} words: -0.1 for the length " \
+        "(1.00 on its content)" in r.feedback[0]
     assert any(line.startswith("found: the dropped activations are recomputed") for line in r.feedback)
+    assert "pasted" in r.review_reason           # what the content's grading flags stays flagged
+    assert "three times" not in r.review_reason
+    rambling = " ".join([answer] * 3)            # over three times the limit: a person reads it
+    long = grade_text(rambling, "checkpointing_cost")
+    assert long.needs_review and "over three times the limit" in long.review_reason
+    assert long.score == 0.0, long.report()      # the same text three times is repetition
+    wrong = grade_text("Checkpointing is free: it stores every activation and recomputes nothing, "
+                       + " ".join(["so it costs no time at all."] * 30), "checkpointing_cost")
+    assert wrong.score == 0.0, wrong.report()    # the length costs nothing extra below 0
 
 
 # ------------------------------------------------------------------ the cases

@@ -27,7 +27,9 @@ BANDS = {
     "offtopic": (0.0, 0.0),
     "empty": (0.0, 0.0),
     "copied": (0.0, 0.2),
-    "overlength": (0.0, 0.0),
+    # strong answers strung together: graded on their content less the length's cost, or 0
+    # where the repetition reads as a keyword list
+    "overlength": (0.0, 0.9),
 }
 EMPTY = ["", "   ", "\n\t  \n", "YOUR ANSWER HERE"]
 
@@ -993,9 +995,9 @@ def test_over_length_answer_gets_a_message():
     r = grade_text("memory " * 500, "checkpointing_cost")
     assert r.score == 0 and "limit of 120 words" in r.feedback[0]
     huge = grade_text("x" * 10_000_000, "checkpointing_cost")
-    assert huge.score == 0 and "characters" in huge.feedback[0]
+    assert huge.score == 0 and "characters" in huge.feedback[0] and huge.needs_review
     no_spaces = grade_text(",".join(["recompute"] * 200), "checkpointing_cost")
-    assert no_spaces.score == 0 and "characters" in no_spaces.feedback[0]
+    assert no_spaces.score == 0 and "characters" in no_spaces.feedback[0]   # a keyword list
     words = " ".join(CKPT["strong"]).split()
     at_limit, over = " ".join(words[:120]), " ".join(words[:121])
     assert grade_text(at_limit, "checkpointing_cost").score > 0
@@ -1442,3 +1444,125 @@ def test_a_pattern_vouches_for_its_clause_not_the_whole_sentence():
 def test_a_number_the_rubric_does_not_know_is_a_claim(extra, flagged):
     r = grade_text(_CORE["fp16_loss_scaling"] + extra, "fp16_loss_scaling")
     assert ("could not check this claim" in r.report()) is flagged, r.report()
+
+
+# ------------------------------------------------------------------ list forms, topic, length
+@pytest.mark.parametrize("sep", ["- {}\n", "* {}\n", "{}\n", "{}. ", "• {}\n"])
+def test_a_keyword_list_earns_nothing_whatever_marks_its_items(sep):
+    """One term an item, bulleted, numbered or one a line, is a keyword list: the terms earn
+    nothing however the items are marked (issue 32: "detected whatever separates them")."""
+    terms = ["extra forward pass", "recompute in backward", "segment inputs only",
+             "sqrt(n) memory", "compute for memory", "use_reentrant=False"]
+    if sep == "{}. ":
+        text = " ".join(f"{k + 1}. {t}" for k, t in enumerate(terms))
+    else:
+        text = "".join(sep.format(t) for t in terms)
+    r = grade_text(text, "checkpointing_cost")
+    assert r.score <= 0.2, r.report()
+
+
+def test_a_list_of_sentences_is_graded_as_sentences():
+    bullets = ("- Checkpointing keeps only the inputs of each segment and drops the rest.\n"
+               "- In backward it runs each segment's forward again to recompute them.\n"
+               "- That is about one extra forward pass, roughly 30% more time per step.\n"
+               "- It is worth it only when memory, not compute, is the limit.\n"
+               "- Otherwise the slowdown buys nothing.")
+    r = grade_text(bullets, "checkpointing_cost")
+    assert r.score >= 0.8, r.report()
+
+
+def test_terse_notes_ending_in_full_stops_are_not_a_list():
+    notes = ("allocated: live tensors only. reserved: the caching allocator's blocks, kept for "
+             "reuse. nvidia-smi: reserved plus the CUDA context. A leak: allocated keeps growing.")
+    r = grade_text(notes, "allocated_vs_reserved")
+    assert r.score >= 0.7, r.report()
+
+
+def test_an_answer_off_the_topic_earns_nothing_from_a_loose_word():
+    """A word of an idea ("overhead", "time") in an answer that never speaks of the question's
+    topic earns nothing, and the one-idea floor does not lift it."""
+    r = grade_text("Kernel fusion in a compiler removes launch overhead and gives 1.5x speedups "
+                   "for transformer blocks.", "checkpointing_cost")
+    assert r.score == 0.0, r.report()
+    assert any("never speaks of the question's topic" in line for line in r.feedback)
+
+
+def test_a_long_answer_is_not_a_list_for_its_length():
+    """Function words repeat in any long prose: the diversity rule scales with the count, so a
+    correct answer of 250 words keeps its content's score less the length cost."""
+    rb = RUBRICS["fp16_loss_scaling"]
+    sentences = [rb.model_answer] + [
+        "I think that is the heart of it, and it is worth saying it again in another way.",
+        "When I first met this in a project I was surprised by how often it came up.",
+        "The arithmetic in the forward pass is mostly fine; the trouble is in the backward.",
+        "Most of the time the scaler is invisible, and you only notice it when it skips a step.",
+        "It is one of those details that an interviewer likes to ask about.",
+        "There are papers about it, and the framework documentation explains it well too.",
+        "My colleagues used to forget it, then wonder why their runs went flat after a while.",
+        "A quick way to see it is to print a histogram of gradient magnitudes early on.",
+        "Newer accelerators made the second format common, which changed the advice people give.",
+        "Frameworks hide most of this behind one context manager and one helper object.",
+        "Still, knowing why it exists helps when something odd shows up in the logs.",
+        "In short, the format decides whether you need the trick or not."]
+    text = " ".join(sentences)
+    assert len(text.split()) > rb.max_words
+    r = grade_text(text, "fp16_loss_scaling")
+    assert r.score >= 0.5, r.report()
+    assert "keyword list" not in " ".join(r.feedback)
+
+
+# ------------------------------------------------------------------ facts with a direction
+_DIRECTION_CASES = [
+    # (rubric, a wrong claim of the fact, the correct statement of the same fact, the wrong
+    # claim denied)
+    ("activations_scaling", "The weights and the Adam moments scale with the batch size.",
+     "The activations scale with the batch size; the weights and the Adam moments do not.",
+     "The weights and the Adam moments do not scale with the batch size."),
+    ("peak_moves", "Gradients grow with the batch because every sample adds its own.",
+     "Only the saved activations and the logits' gradient grow with the batch.",
+     "Gradients never grow with the batch: there is one per parameter."),
+    ("oom_before_batch", "Accumulation divides the optimizer state memory by k.",
+     "Accumulation divides the activation memory by k, and the optimizer state stays whole.",
+     "Accumulation does not divide the optimizer state memory by k."),
+    ("sharding_when_why", "Plain DDP splits the optimizer states across the GPUs.",
+     "ZeRO extends data parallelism by sharding the optimizer states across the GPUs.",
+     "Plain DDP does not split the optimizer states across the GPUs."),
+    ("kv_cache_tradeoff", "The KV cache grows quadratically with the sequence length.",
+     "Without a cache, the work per token grows with the prefix; the cache grows linearly.",
+     "The KV cache does not grow quadratically with the sequence length."),
+    ("fp16_loss_scaling", "When the scaler finds an inf it doubles the scale.",
+     "When the scaler finds an inf it skips the step and halves the scale.",
+     "When the scaler finds an inf it never doubles the scale."),
+]
+
+
+def _direction_hits(rid: str, text: str) -> list[str]:
+    from memlab.grading.answers.bank import DIRECTIONS
+
+    names = {d.name for d in DIRECTIONS if rid in d.rubrics}
+    return [m for m in grade_text(text, rid).misconceptions if m in names]
+
+
+@pytest.mark.parametrize("rid,wrong,right,denied", _DIRECTION_CASES)
+def test_a_fact_with_a_direction_costs_its_inverted_claim(rid, wrong, right, denied):
+    """Issue 32, "claims with a direction": the right verb with the wrong subject, or the
+    wrong direction, is a misconception; the correct statement of the same fact is not."""
+    assert _direction_hits(rid, wrong), grade_text(wrong, rid).report()
+    assert not _direction_hits(rid, right), grade_text(right, rid).report()
+    assert not _direction_hits(rid, denied), grade_text(denied, rid).report()
+
+
+def test_a_wrong_claim_in_the_questions_own_words_still_costs():
+    """Words copied from the question earn no idea; a wrong claim made of them is still the
+    learner's claim."""
+    text = ("The peak after forward holds every saved activation. The gradients and the Adam "
+            "moments depend on the batch size, so they grow at batch 16.")
+    r = grade_text(text, "peak_moves")
+    assert r.misconceptions, r.report()
+
+
+@pytest.mark.parametrize("rid", sorted(RUBRICS))
+def test_no_fact_with_a_direction_fires_on_the_course_text(rid):
+    rb = RUBRICS[rid]
+    for text in (rb.model_answer, rb.explanation, *rb.course_text):
+        assert not _direction_hits(rid, text), f"{rid}: {text[:120]}"

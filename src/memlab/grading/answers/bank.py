@@ -25,6 +25,9 @@ the 16 vs 18 bytes per parameter of 01).
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from .concepts import Concept, Misconception, Rubric, gap
 
 G = gap
@@ -1499,11 +1502,99 @@ BYTES_CONVENTIONS = Rubric(
     ),
 )
 
-RUBRICS: dict[str, Rubric] = {r.id: r for r in (
+# ------------------------------------------------------------------ claims with a direction
+# Facts of the course about WHICH quantity moves with WHAT, shared by every rubric whose
+# question touches them. Each is written once, as the inverted claim (the right verb with the
+# wrong subject, or the wrong direction), and becomes a misconception of those rubrics: a
+# sentence that moves the wrong quantity or the wrong way costs its penalty even where its
+# words also earn a concept. The correct statements of the same facts are tested not to fire
+# (tests/grading/test_rubric.py, test_a_fact_with_a_direction_*).
+_MSX = (r"(?:parameters?|params|weights?|model states?|gradients?|grads|"
+        r"(?:adam\w* |optimi[sz]er )?(?:states?|moments))")
+_MSX_LIST = rf"{_MSX}(?: (?:,|and|, and|or) (?:the |their |its |all )?{_MSX})*"
+# the quantity as the claim's subject: not the object of a preposition ("stored for gradients
+# grow ..."), not the logits' gradient (an activation of the last layer, which does grow)
+_SUBJECT = r"(?<!for )(?<!of )(?<!to )(?<!from )(?<!logits )(?<!logit )(?<!logits s )"
+_GROWS = r"(?:grow|scale|depend|increase|rise|go up|goes up)\w*"
+
+
+@dataclass(frozen=True)
+class Direction:
+    """A fact with a direction: ``wrong`` are the patterns of its inverted claim."""
+
+    name: str
+    wrong: tuple[str, ...]
+    correction: str
+    rubrics: tuple[str, ...]
+    penalty: float = 0.4
+
+    def misconception(self) -> Misconception:
+        return Misconception(self.name, self.wrong, penalty=self.penalty,
+                             correction=self.correction)
+
+
+DIRECTIONS = (
+    Direction(
+        "says the model states (weights, gradients, optimizer state) grow with the batch",
+        (rf"{_SUBJECT}{_MSX_LIST} {G(3)}{_GROWS} {G(2)}(?:with|on) {G(3)}{_BATCH}",
+         rf"{_SUBJECT}{_MSX_LIST} {G(3)}(?:are|is) proportional to {G(3)}{_BATCH}"),
+        "only the activations grow with the batch; parameters, gradients and optimizer state "
+        "are one set per parameter, whatever the batch",
+        ("peak_moves", "activations_scaling", "oom_before_batch", "bytes_conventions",
+         "sharding_when_why")),
+    Direction(
+        "says accumulation divides the model states' memory by k",
+        (rf"(?:divid|cut|reduc|shrink|split)\w* {G(2)}{_MSX_LIST} (?:state )?memory "
+         rf"{G(2)}by (?:k|the number of micro ?batch\w*)",
+         rf"{_SUBJECT}{_MSX_LIST} (?:state )?memory {G(3)}(?:divided|cut|reduced|shrinks?) "
+         rf"{G(2)}by (?:k|the number of micro ?batch\w*)"),
+        "accumulation shrinks only the activations (one micro-batch at a time); the model "
+        "states stay whole",
+        ("oom_before_batch", "activations_scaling", "sharding_when_why")),
+    Direction(
+        "says plain data parallelism (DDP) splits the model states",
+        (rf"(?:plain |vanilla |standard |ordinary )?(?:ddp|distributeddataparallel|"
+         rf"(?:plain|vanilla|standard|ordinary) data parallel\w*) {G(3, avoid=('by', 'with'))}"
+         rf"(?:split|shard|partition|divid|distribut)\w* {G(3)}(?:{_STATES}|{_MSX_LIST})",
+         rf"(?:ddp|distributeddataparallel) {G(3)}(?:split|shard|partition|divid)\w* "
+         rf"{G(3)}by (?:the number of )?{_GPUS}"),
+        "DDP keeps a full copy of the weights, gradients and optimizer state on every GPU; "
+        "only ZeRO/FSDP divides them",
+        ("sharding_when_why", "oom_before_batch", "bytes_conventions")),
+    Direction(
+        "says a memory that grows linearly grows quadratically",
+        (rf"(?:kv cache|the cache|cache memory|cache size|cache s memory) {G(4)}"
+         r"(?:quadratic\w*|squared|with the square)",
+         rf"activations? {G(4)}(?:quadratic\w*|squared|with the square) {G(3)}{_BATCH}"),
+        "the KV cache grows linearly with the tokens (and the batch); activations grow "
+        "linearly with the batch",
+        ("kv_cache_tradeoff", "activations_scaling")),
+    Direction(
+        "says the scaler raises the scale when it finds an overflow",
+        (r"(?:overflow\w*|inf\w*|nan\w*|infs or nans|inf or nan) "
+         rf"{G(5)}(?:doubl|increas|rais|grow)\w* {G(2)}(?:the )?(?:loss )?scal\w*",
+         rf"(?:the )?scale (?:is |gets )?(?:doubled|increased|raised) {G(3)}"
+         r"(?:on|after|when|if) {G(2)}(?:an )?(?:overflow\w*|inf\w*|nan\w*)"),
+        "on an inf/NaN the scaler skips the step and HALVES the scale; it grows the scale "
+        "again after a run of clean steps",
+        ("fp16_loss_scaling",)),
+)
+
+
+def _with_directions(rb: Rubric) -> Rubric:
+    extra = tuple(d.misconception() for d in DIRECTIONS if rb.id in d.rubrics)
+    return dataclasses.replace(rb, misconceptions=rb.misconceptions + extra) if extra else rb
+
+
+RUBRICS: dict[str, Rubric] = {r.id: _with_directions(r) for r in (
     OOM_BEFORE_BATCH, CHECKPOINTING_COST, FP16_LOSS_SCALING, ACCUMULATION_EQUIVALENCE,
     ACTIVATIONS_SCALING, ALLOCATED_VS_RESERVED, SHARDING_WHEN_WHY, KV_CACHE_TRADEOFF, PEAK_MOVES,
     BYTES_CONVENTIONS,
 )}
+# the names below are the rubrics as graded (with their facts' misconceptions)
+(OOM_BEFORE_BATCH, CHECKPOINTING_COST, FP16_LOSS_SCALING, ACCUMULATION_EQUIVALENCE,
+ ACTIVATIONS_SCALING, ALLOCATED_VS_RESERVED, SHARDING_WHEN_WHY, KV_CACHE_TRADEOFF, PEAK_MOVES,
+ BYTES_CONVENTIONS) = RUBRICS.values()
 
 __all__ = ["RUBRICS", "OOM_BEFORE_BATCH", "CHECKPOINTING_COST", "FP16_LOSS_SCALING",
            "ACCUMULATION_EQUIVALENCE", "ACTIVATIONS_SCALING", "ALLOCATED_VS_RESERVED",

@@ -34,8 +34,9 @@ Before matching, the answer is normalised (:func:`normalize`: lowercase, contrac
 expanded, "dont" -> "do not", ``float16`` -> ``fp16``, sentence ends to ``.``), misspelt
 course words are corrected (:mod:`memlab.grading.answers.spelling`: "lineer" -> "linear"), runs of 5+
 words copied from the question are blanked, and keyword lists are blanked or, when they are
-most of the answer, score 0 (see ``_stuffing``). An answer over ``max_words`` scores 0, with
-its word count and the content feedback it would have had.
+most of the answer, score 0 (see ``_stuffing``). An answer over ``max_words`` is graded on its
+content less ``LENGTH_COST``, with its word count; one over three times the limit also goes to
+review, and one too long to read (``40 * max_words`` characters) goes to review unscored.
 
 Review flags (``needs_review`` with a reason, ``[needs review]`` in the report): a score
 in the rubric's review band, a misconception next to strong concepts, a denied concept
@@ -54,6 +55,7 @@ answer as a labelled case in tests/grading/data/answers.jsonl.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -141,6 +143,8 @@ more less much many very too there here each every all some any both either neit
 why where whether such same other another own
 """.split())
 _LIGHT_WORDS = frozenset("a an the of at in on per for to with".split())  # allowed in a bare term
+# allowed in a term written as a list item of its own
+_LIST_WORDS = _LIGHT_WORDS | {"by", "and", "or"}
 _SIMPLE_NEG = frozenset("not no never without neither nor none nothing hardly barely".split())
 _NEG_EXCEPT = frozenset("only just merely longer necessarily".split())  # "not only", "no longer"
 _PHRASE_NEG = ("rather than", "instead of", "as opposed to", "contrary to", "unlike",
@@ -291,6 +295,7 @@ class Misconception:
 
 
 FATAL_CAP = 0.15
+LENGTH_COST = 0.1   # an answer over Rubric.max_words: graded on its content, less this
 FIRST_IDEA = 0.25   # one key idea (weight >= 1) stated, nothing wrong: at least this score
 
 
@@ -396,8 +401,20 @@ def _fragments(tokens: list[str]) -> list[list[int]]:
     return [f for f in frags if f]
 
 
-def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str], dict[str, float]]:
-    """Find keyword lists and repetition.
+_LIST_ITEM = re.compile(r"(?:^|\n)\s*(?:[-*•·]|\d+[.)])\s|(?:^|\s)\d+[.)]\s")
+
+
+def _written_as_list(raw: str) -> bool:
+    """Five or more items, one a line (bulleted, numbered or not) or numbered in a row
+    ("1. prefill 2. decode ...")."""
+    lines = [ln for ln in raw.splitlines() if ln.strip()]
+    return len(lines) >= 5 or len(_LIST_ITEM.findall(raw)) >= 5
+
+
+def _stuffing(tokens: list[str], listed: bool = False
+              ) -> tuple[list[bool], bool, list[str], list[str], dict[str, float]]:
+    """Find keyword lists and repetition. ``listed``: the answer is written as a list (one
+    item a line, bulleted or numbered: :func:`_written_as_list`).
 
     Returns (excluded token mask, stuffed verdict, messages, review reasons, metrics).
     """
@@ -441,6 +458,33 @@ def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str]
             run.append(f)
             continue
         flush()
+    # a list written one term a line, a bullet or a number ("- linearity of the gradient\n-
+    # p.grad accumulates\n- ..."): each item is a sentence of its own, so the run above, which
+    # ends with its sentence, never sees it. In such a list, five or more items of which 70% are
+    # short terms
+    # (at most five words, no function word but the light ones, "by", "and", "or"), averaging
+    # at most 3.5 words: the terms earn nothing. A sentence a line, as an honest list is
+    # written, is longer or keeps a verb's company ("is", "it", "when", ...).
+    items: list[list[int]] = [[]]
+    for i, t in enumerate(tokens):
+        if t == ".":
+            items.append([])
+        elif _is_word(t):
+            items[-1].append(i)
+    items = [x for x in items if x]
+
+    def term(item: list[int]) -> bool:
+        fws = [tokens[i] for i in item if tokens[i] in _FUNCTION_WORDS]
+        return len(item) <= 5 and len(fws) <= 2 and all(w in _LIST_WORDS for w in fws)
+
+    terms = [x for x in items if term(x)]
+    if listed and len(terms) >= 5 and len(terms) >= 0.7 * len(items) \
+            and sum(map(len, terms)) / len(terms) <= 3.5:
+        for g in terms:
+            for i in g:
+                excluded[i] = True
+        messages.append(f"a list of {len(terms)} terms, one an item, earns no credit: "
+                        "explain in sentences")
     # long stretches without a single function word, also inside a longer fragment
     # ("model states do not fit replica data parallel shard optimizer gradients ...")
     for f in frags:
@@ -487,12 +531,19 @@ def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str]
         elif len(content) >= 20 and (top >= 0.2 or dup >= 0.5 or tri_rep >= 0.15):
             review.append("repetitive wording")
     # "the X and the Y and the Z", "It is about X. It is about Y.": few kinds of function word
+    # The kinds grow with the square root of the count in any prose (Heaps' law), so past 20
+    # function words the share of kinds is measured as kinds / sqrt(count) (Guiraud's index),
+    # with the thresholds the share has at 20: a long answer is not a list for being long.
     kinds = len(set(fw))
-    if (len(fw) >= 5 and kinds <= 2) or (len(fw) >= 8 and kinds / len(fw) < 0.3):
+
+    def few_kinds(share: float) -> bool:
+        return len(fw) >= 8 and kinds < min(share * len(fw), share * math.sqrt(20 * len(fw)))
+
+    if (len(fw) >= 5 and kinds <= 2) or few_kinds(0.3):
         stuffed = True
         messages.append("terms strung together with the same few words are a keyword list, "
                         "not an explanation")
-    elif len(fw) >= 8 and kinds / len(fw) < 0.4:
+    elif few_kinds(0.4):
         review.append("the same few connecting words repeat")
     if n >= 10 and len(fw) / n < 0.05:
         stuffed = True
@@ -502,8 +553,6 @@ def _stuffing(tokens: list[str]) -> tuple[list[bool], bool, list[str], list[str]
     if stuffed and not messages:
         messages.append("the answer is mostly a keyword list: explain in sentences")
     return excluded, stuffed, messages, review, metrics
-
-
 
 
 # ------------------------------------------------------------------ reading the answer
@@ -716,22 +765,34 @@ def grade_rubric(answer: object, rb: Rubric) -> Result:
     n_words = len(raw.split())
     if n_words > rb.max_words or len(raw) > 10 * rb.max_words:
         size = f"{n_words} words" if n_words > rb.max_words else f"{len(raw)} characters"
-        head = [f"the answer has {size}, over the limit of {rb.max_words} words: no credit; "
-                "shorten it to the key points"]
-        if len(raw) > 40 * rb.max_words:
-            return Result(0.0, head, kind="text", details={"words": n_words, "characters": len(raw)})
+        sizes = {"words": n_words, "characters": len(raw), "over_limit": True}
+        if len(raw) > 40 * rb.max_words:   # too long to read here: a person reads it
+            return _flagged(0.0, [f"the answer has {size}, far over the limit of {rb.max_words} "
+                                  "words: not graded automatically; shorten it to the key points"],
+                            [f"{size}: too long to grade automatically"], kind="text",
+                            details=sizes)
+        # graded on its content, less a fixed cost for the length: a long correct answer is
+        # not a wrong one, and the cost is the same whatever the answer says
         content = _grade(raw, rb, n_words)
-        return Result(0.0, head + [f"content, not scored: it would score {content.score:.2f} "
-                                   "within the limit"] + content.feedback[1:], kind="text",
-                      found=content.found, missing=content.missing,
-                      misconceptions=content.misconceptions,
-                      details={**content.details, "characters": len(raw), "over_limit": True})
+        score = max(0.0, content.score - LENGTH_COST)
+        head = [f"the answer has {size}, over the limit of {rb.max_words} words: "
+                f"-{LENGTH_COST:g} for the length ({content.score:.2f} on its content); "
+                "shorten it to the key points"]
+        reasons = [content.review_reason] if content.needs_review else []
+        if n_words > 3 * rb.max_words:
+            reasons.append(f"{n_words} words, over three times the limit")
+        return _flagged(score, head + content.feedback[1:], reasons, kind="text",
+                        found=content.found, missing=content.missing,
+                        misconceptions=content.misconceptions,
+                        details={**content.details, **sizes})
     return _grade(raw, rb, n_words)
 
 
 def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     fix = _corrector(rb)
     sentences = [s for s in _SENTENCE_END.split(raw) if s.strip()]
+    if _written_as_list(raw):   # one item a line: each line is a sentence of its own
+        sentences = [ln for s in sentences for ln in s.splitlines() if ln.strip()]
     chunks: list[list[str]] = []
     raw_kept: list[str] = []
     corrections: dict[str, str] = {}
@@ -757,7 +818,7 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         tokens += toks
         owner += [k] * len(toks)
     copied = _copied_mask(tokens, rb.question)
-    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens)
+    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens, _written_as_list(raw))
     n_tok_words = sum(map(_is_word, tokens))
     copied_share = sum(copied) / n_tok_words
     pasted = _pasted_share(tokens, rb)
@@ -782,6 +843,10 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     lines += stuff_msgs
     graded = [_tidy("," if (copied[i] or excluded[i]) else tokens[i]
                     for i in range(len(tokens)) if owner[i] == k) for k in range(len(chunks))]
+    # words copied from the question earn no idea, but a wrong claim made with them is still
+    # the learner's claim ("gradients depend on the batch size", the question's own words)
+    claimed_text = [_tidy("," if excluded[i] else tokens[i]
+                          for i in range(len(tokens)) if owner[i] == k) for k in range(len(chunks))]
 
     full = rb.total_weight * rb.full_credit_at
     found, missing, denied_names, named = [], [], [], []
@@ -827,7 +892,8 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     wrong, fatal = [], False
     mis_lines: list[str] = []
     for mc in rb.misconceptions:
-        mentions = _mentions(mc._compiled, graded, raw_kept, True, True)  # type: ignore[attr-defined]
+        mentions = _mentions(mc._compiled, claimed_text, raw_kept,  # type: ignore[attr-defined]
+                             True, True)
         accounted += [m.span for m in mentions]
         v = _verdict(mentions)
         if v is None:
@@ -841,9 +907,19 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         elif v.polarity == "report":
             reasons.append(f"misconception phrase '{mc.name}' ignored as reported, not claimed")
     score = max(0.0, concept_score - penalty)
-    if (not penalty and copied_share < 0.3 and pasted < 0.3
+    topic = rb._topic  # type: ignore[attr-defined]
+    on_topic = sum(any(rx.search(g) for g in graded) for rx in topic)
+    if found and not on_topic and topic:
+        # an idea's word in an answer that never touches the question's topic is a loose
+        # word ("kernel-launch overhead" is not checkpointing's cost)
+        score = 0.0
+        concept_lines.append("no credit: the answer never speaks of the question's topic "
+                             f"({', '.join(rb.topic[:4])}, ...), so the words that matched "
+                             "are not its ideas")
+    if (not penalty and copied_share < 0.3 and pasted < 0.3 and on_topic
             and any(c.weight >= 1.0 for c in rb.concepts if c.name in found)):
-        # one correct key idea of five is worth a quarter of the points, as an interviewer gives it
+        # one correct key idea of five is worth a quarter of the points, as an interviewer gives
+        # it; in an answer about the question's topic (one loose word elsewhere is no idea)
         score = max(score, FIRST_IDEA)
     if fatal:
         score = min(score, FATAL_CAP)
@@ -884,7 +960,6 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     if not found and not wrong and not denied_names:
         lines.insert(1, "none of the expected ideas were found: does this answer the question?")
     if score <= lo and not wrong and not denied_names and n_words >= 20:
-        on_topic = sum(any(rx.search(g) for g in graded) for rx in rb._topic)  # type: ignore[attr-defined]
         if on_topic >= 3:
             reasons.append("a long on-topic answer that matched little of the rubric")
     metrics.update(concept_score=round(concept_score, 3), penalty=round(penalty, 3))
