@@ -167,6 +167,17 @@ HOSTILE = [
     ("00_setup", "tensor_bytes", "cd ..", "does not parse"),
     ("00_setup", "tensor_bytes", "def tensor_bytes(shape, dtype:\n    return 0", "does not parse"),
     ("00_setup", "tensor_bytes", "print(_5, _i3)", "process-or-hook API"),
+    # changing in place what the course's cells define and the tests read (not a rebinding)
+    ("10_debugging_memory", "read_oom",
+     "OOM_EXAMPLES.clear()\ndef read_oom(text):\n    raise ValueError", "changes the course's data"),
+    ("10_debugging_memory", "read_oom",
+     "def read_oom(text):\n    OOM_EXAMPLES.popitem()\n    return None", "changes the course's data"),
+    ("05_oom_clinic", "configure_job", "BUDGETS['tight'] = 10**12", "changes the course's data"),
+    ("05_oom_clinic", "configure_job", "del BUDGETS['tight']", "changes the course's data"),
+    ("05_oom_clinic", "configure_job", "BUDGETS.update(tight=10**12)", "changes the course's data"),
+    ("06_sharding", "predict_rank_bytes", "for k in runs:\n    runs[k].clear()",
+     "changes the course's data"),
+    ("06_sharding", "predict_rank_bytes", "SIZES.sort()", "changes the course's data"),
 ]
 
 
@@ -207,12 +218,20 @@ LEGIT = [
     "x = 3  # note: param_bytes in a comment is fine",
     "for _i in range(3):\n    print(_i)",
     "from IPython.display import Image, display",
+    # the learner's own values, parameters and copies are theirs to change
+    "import copy\nmine = copy.deepcopy(OOM_EXAMPLES)\nmine.clear()",
+    "def f(OOM_EXAMPLES):\n    OOM_EXAMPLES.clear()\n    return OOM_EXAMPLES",
+    "def f(x):\n    seen = dict(OOM_EXAMPLES)\n    seen.pop('a', None)\n    x.add_(1)\n"
+    "    return seen",
+    "print(sorted(OOM_EXAMPLES.items()))",
+    "f = lambda OOM_EXAMPLES: OOM_EXAMPLES.update(a=1)",
 ]
 
 
 @pytest.mark.parametrize("source", LEGIT)
 def test_legitimate_code_passes(source):
     found = audit.audit_source(source, "count_param_bytes", audit.policy_for("01_where_memory_goes"),
+                               notebook_names={"OOM_EXAMPLES", "torch", "ml"},
                                preset_aliases={"ml": "memlab", "torch": "torch"})
     assert found == [], [str(v) for v in found]
 

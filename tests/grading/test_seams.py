@@ -123,7 +123,11 @@ MARKDOWN = (f"<img src=x onerror=\"document.title='{PWN}-md'\"> a learner's note
             f"<script>document.title='{PWN}-md2'</script>\n\n"
             f"[the hint](javascript:document.title='{PWN}-link') "
             f"[again](jav&#97;script:document.title='{PWN}-link2')\n\n"
-            f"$\\href{{javascript:document.title='{PWN}-mj2'}}{{x}}$")
+            f"$\\href{{javascript:document.title='{PWN}-mj2'}}{{x}}$\n\n"
+            # braces nested in the argument, a macro alias, an entity for the backslash
+            f"$\\href{{javascript:document.title='{PWN}-mj3'.concat({{}})}}{{x}}$ "
+            f"$$\\let\\h\\href \\h{{javascript:document.title='{PWN}-mj4'}}{{y}}$$ "
+            f"$&#92;href{{javascript:document.title='{PWN}-mj5'.concat({{}})}}{{z}}$")
 
 
 def _socket(path: Path) -> str:
@@ -348,7 +352,11 @@ def test_script_never_reaches_the_instructors_pages(graded):
     assert PWN not in outputs, (
         "script left in an output of the autograded notebook (formgrader renders it)"
     )
-    assert added and PWN not in added[0], added
+    assert added, added
+    # the alias `\let\h\href` loses its backslashes: what is left of its use, `\h{...}`, is an
+    # undefined macro MathJax shows as text; nothing else of any payload is left
+    rest = re.sub(r"\\h\{javascript:document\.title='" + PWN + r"-mj4'\}", "", added[0])
+    assert PWN not in rest and "\\let" not in added[0], added
     html = (course / "autograder" / "work" / "feedback" / "b_script" / A / f"{A}.html").read_text()
     # the answer cell's own source is shown, escaped; nothing of it may be live markup
     live = re.findall(r"<[a-zA-Z][^<>]*\son[a-z]+\s*=[^<>]*>", html)  # a real tag with a handler
@@ -359,6 +367,7 @@ def test_script_never_reaches_the_instructors_pages(graded):
     )
     typeset = re.sub(r"<pre[^>]*>.*?</pre>", "", html, flags=re.S)  # what MathJax reads (not <pre>)
     assert "\\href" not in typeset, "a MathJax link (MathJax follows javascript: hrefs)"
+    assert not re.search(r"\\(let|def|newcommand|require)\b", typeset), "a MathJax macro definition"
     assert "<b>bold</b>" in html, "the harmless part of the output is kept"
     if graded["kind"] != KINDS[0]:
         return  # one browser check is enough
@@ -496,3 +505,27 @@ def test_the_grading_child_has_a_heap_limit(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "MemoryError", (out.stdout, out.stderr[-500:])
+
+
+@pytest.mark.parametrize("text", [
+    "$\\href{javascript:f({})}{see}$",                       # braces nested in the argument
+    "$$\\let\\h\\href \\h{javascript:f()}{k}$$",                 # an alias of \\href
+    "$$\\def\\lnk#1{\\href{#1}{x}} \\lnk{javascript:f()}$$",       # a macro that makes one
+    "$\\newcommand{\\l}{\\href} \\l{javascript:f()}{x}$",
+    "&#92;href{javascript:f({})}{y} &#x5c;url{javascript:f()} &bsol;class{x}{y}",
+    "$\\require{html} \\style{color:red}{x} \\cssId{a}{b} \\bbox[5px,border:2px]{c}$",
+])
+def test_no_mathjax_macro_that_links_defines_or_loads_survives(text):
+    from memlab.autograde.security.sanitize import clean_markdown
+
+    out = clean_markdown(text)
+    live = re.findall(r"(?:\\|&#0*92;?|&#x0*5c;?|&bsol;)\s*(href|url|class|cssId|style|let|def|"
+                      r"newcommand|require|bbox)(?![A-Za-z])", out, re.I)
+    assert not live, (text, out)
+
+
+def test_plain_mathjax_math_is_kept():
+    from memlab.autograde.security.sanitize import clean_markdown
+
+    text = "$\\frac{n}{k} + k$ is least at $k = \\sqrt{n}$: $\\mathrm{cost} \\approx 2\\sqrt{n}$"
+    assert clean_markdown(text) == text

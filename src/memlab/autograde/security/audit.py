@@ -150,6 +150,13 @@ _IPYTHON_HISTORY = re.compile(r"^_i?\d+$")  # Out[5] is _5, In[5] is _i5
 _DUNDER_WORD = re.compile(r"__[A-Za-z][A-Za-z0-9_]*?__")
 _FORMAT_PRIVATE = re.compile(r"\{[^{}]*\._")
 TYPE_MAKERS = frozenset({"type"})
+# methods that change a container in place; with torch's in-place methods (a public name that
+# ends in "_": zero_, copy_, add_ ...), called on a value the course's cells define, they change
+# what the tests read (the answer empties OOM_EXAMPLES, the test's loop then checks nothing)
+MUTATORS = frozenset({"clear", "pop", "popitem", "update", "setdefault", "append", "extend",
+                      "insert", "remove", "sort", "reverse", "add", "discard",
+                      "difference_update", "intersection_update",
+                      "symmetric_difference_update"})
 
 
 @dataclass(frozen=True)
@@ -281,12 +288,34 @@ class _Checker(ast.NodeVisitor):
         self._alias_values: set[int] = set()  # `F = torch.nn.functional`: a module, not passed on
         self.own_names: set[str] = set()   # names the cell itself binds (set by audit_source)
         self.own_attributes: frozenset[str] = frozenset()  # the learner's own _fields
+        self.scopes: list[set[str]] = []   # the names local to each function being visited
 
     # ---------------------------------------------------------------- helpers
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
         v = Violation(self.cell, getattr(node, "lineno", 0), rule, detail)
         if v not in self.out:
             self.out.append(v)
+
+    def course_value(self, node: ast.AST) -> str | None:
+        """The name of the course's own value (bound by a cell of the release, not a module)
+        that ``node`` reaches through attributes and subscripts (``runs["ddp"].peak``), or
+        None: the learner's own values, locals and modules are theirs to change."""
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        n = node.id
+        if n not in self.notebook_names or n in self.aliases or n in self.own_names \
+                or any(n in scope for scope in self.scopes):
+            return None
+        return n
+
+    def check_course_data(self, node: ast.AST, target: ast.AST, how: str) -> None:
+        name = self.course_value(target)
+        if name is not None:
+            self.flag(node, "changes the course's data",
+                      f"{how} {name!r}, which the notebook's own cells define and its tests read "
+                      "(work on a copy: copy.deepcopy, dict(...), t.clone())")
 
     def resolve(self, node: ast.AST) -> str | None:
         """Dotted origin of a Name/Attribute chain rooted in an import (or None)."""
@@ -422,6 +451,9 @@ class _Checker(ast.NodeVisitor):
             if origin is not None:
                 what = origin + (f".{target.attr}" if isinstance(target, ast.Attribute) else "[...]")
                 self.flag(node, "monkeypatch", f"assigns {what}")
+            else:
+                self.check_course_data(node, target, "deletes from" if value is None and
+                                       isinstance(node, ast.Delete) else "assigns into")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
@@ -473,9 +505,20 @@ class _Checker(ast.NodeVisitor):
                       f"define only {', '.join(sorted(DEFINABLE_DUNDERS))})")
         self._bind_top(node, node.name)
         self.aliases.pop(node.name, None)
-        self.generic_visit(node)
+        self.scopes.append(_local_names(node))
+        try:
+            self.generic_visit(node)
+        finally:
+            self.scopes.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.scopes.append(_local_names(node))
+        try:
+            self.generic_visit(node)
+        finally:
+            self.scopes.pop()
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for kw in node.keywords:
@@ -547,6 +590,9 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
+        if isinstance(f, ast.Attribute) and (f.attr in MUTATORS or (
+                f.attr.endswith("_") and not f.attr.startswith("_"))):
+            self.check_course_data(node, f.value, f"calls .{f.attr}() on")
         if isinstance(f, ast.Name) and f.id in DYNAMIC_ATTR | {"hasattr"} \
                 and f.id not in self.aliases and node.args:
             target = self.resolve(node.args[0])
@@ -608,6 +654,25 @@ class _Checker(ast.NodeVisitor):
                             "forbidden helper",
                             f"names {name!r} in a string (a way to reach a forbidden helper)",
                         )
+
+
+def _local_names(fn: ast.AST) -> set[str]:
+    """The names local to a function or lambda: its parameters and what its body binds (not
+    what it declares ``global``)."""
+    a = fn.args
+    names = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    names |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+    declared: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            names.add(n.id)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            declared |= set(n.names)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not fn:
+            names.add(n.name)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+    return names - declared
 
 
 def _words(text: str) -> set[str]:

@@ -25,7 +25,9 @@ nh3 (the Python binding of the Rust sanitiser ammonia, https://github.com/messen
   target's scheme is not http(s), mailto or a relative link (``[x](javascript:...)``:
   nbconvert's markdown renderer allows harmful protocols) points to ``#`` instead, and MathJax's
   ``\\href``, ``\\url``, ``\\class``, ``\\cssId``, ``\\style`` macros are removed (MathJax follows a
-  ``javascript:`` href); in markdown cells, markdown and HTML outputs;
+  ``javascript:`` href), and every macro that links, styles, loads an extension or defines a
+  macro (``\\let``, ``\\def``, ``\\newcommand``, ``\\require``...) loses its backslash, however
+  its backslash is written; in markdown cells, markdown and HTML outputs;
 * output metadata: only a numeric ``width``/``height`` is kept (nbconvert writes them into the
   image tag unquoted: ``1 onerror=...`` became an event handler), everything else dropped.
 """
@@ -57,7 +59,18 @@ _LINK = re.compile(
     r"(\]\(\s*<?)([^)\s>]*)|(^[ \t]*\[[^\]\n]+\]:[ \t]*<?)(\S+)|(<)([a-zA-Z][\w+.-]*:[^>\s]*)(?=>)",
     re.M,
 )
-_MATHJAX_LINKS = re.compile(r"\\(href|url|class|cssId|style)\s*\{[^{}]*\}", re.I)
+_MATHJAX_LINK_HEAD = re.compile(r"\\(?:href|url|class|cssId|style)\s*(?=\{)", re.I)
+# A MathJax macro that links, styles, loads an extension or defines another macro loses its
+# backslash wherever it stands (MathJax then typesets the word): braces nested in its argument
+# (``\href{javascript:f({})}``), an alias (``\let\h\href``, ``\def``, ``\newcommand``) or a
+# backslash written as an HTML entity (``&#92;href``, which the browser decodes before MathJax
+# reads the page) cannot bring it back.
+_BACKSLASH = r"(?:\\|&#0*92;?|&#x0*5c;?|&bsol;|&Backslash;)+"
+_MATHJAX_MACROS = re.compile(
+    _BACKSLASH + r"\s*(href|url|class|cssId|style|let|def|gdef|edef|xdef|newcommand|"
+    r"renewcommand|providecommand|newenvironment|renewenvironment|DeclareMathOperator|require|"
+    r"data|unicode|html|mmlToken|bbox|texttip|mathtip|toggle|tooltip|fragment|action|"
+    r"csname|expandafter|string)(?![A-Za-z])", re.I)
 
 
 def _safe_target(target: str) -> bool:
@@ -83,7 +96,25 @@ def clean_markdown(text: object) -> str:
         return m.group(0)
 
     out = _LINK.sub(fix, out)
-    return _MATHJAX_LINKS.sub("", out)
+    return _MATHJAX_MACROS.sub(lambda m: m.group(1), _drop_mathjax_links(out))
+
+
+def _drop_mathjax_links(text: str) -> str:
+    """``text`` without MathJax's link and style macros and their first argument, braces
+    nested in it included (``\\href{javascript:f({})}{x}`` leaves ``{x}``)."""
+    out, pos = [], 0
+    for m in _MATHJAX_LINK_HEAD.finditer(text):
+        if m.start() < pos:
+            continue
+        depth, i = 0, m.end()
+        while i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        out.append(text[pos:m.start()])
+        pos = i
+    return "".join(out) + text[pos:]
 
 
 def _clean_metadata(out: dict) -> int:
