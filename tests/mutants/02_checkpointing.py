@@ -96,4 +96,73 @@ MUTANTS = [
         find="    if op.overloadpacket in MATMULS:", replace="    if op in MATMULS:",
         lose=("test_save_matmuls_policy",), says="overloadpacket", klass=0,
         why="compares the overload (aten.mm.default) with the packets in MATMULS: never equal"),
+    # blind round r3 (issue 33, 2026-12-03): written from the release notebook and the answer
+    # cells alone, never the hidden tests; graded once before any fix
+    Mutant(id='ckpt_none_means_one_segment', cell='checkpointed_sequential',
+           find='self.segments = len(layers) if segments is None else segments',
+           replace='self.segments = 1 if segments is None else segments',
+           lose=('test_checkpointed_sequential', 'test_checkpointed_sequential_hidden'),
+           says='segments=None', klass=0,
+           why=("blind r3, proxy: reads segments=None as 'no cutting' and checkpoints the "
+                'whole stack as one region: every GELU is still recomputed, but backward '
+                'rebuilds all activations at once')),
+    Mutant(id='ckpt_floor_div_bounds', cell='checkpointed_sequential',
+           find=('        for start, stop in '
+                 'ml.checkpointing.segment_bounds(len(self.layers), self.segments):\n       '
+                 '     x = checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+                 '**self.checkpoint_kwargs)'),
+           replace=('        size = len(self.layers) // self.segments\n        for start in '
+                    'range(0, len(self.layers), size):\n            x = '
+                    'checkpoint(self.layers[start:start + size], x, use_reentrant=False, '
+                    '**self.checkpoint_kwargs)'),
+           lose=('test_checkpointed_sequential_hidden',),
+           says='segment_bounds', klass=2,
+           why=('blind r3, unseen case: cuts with its own floor-division chunk size instead '
+                'of segment_bounds; identical for segments=None or k dividing n')),
+    Mutant(id='ckpt_drops_checkpoint_kwargs', cell='checkpointed_sequential',
+           find=('x = checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+                 '**self.checkpoint_kwargs)'),
+           replace='x = checkpoint(self.layers[start:stop], x, use_reentrant=False)',
+           lose=('test_checkpointed_sequential_hidden',),
+           says='**checkpoint_kwargs', klass=0,
+           why=('blind r3, plain: stores **checkpoint_kwargs in __init__ but forgets to pass'
+                ' them on in forward')),
+    Mutant(id='ckpt_rng_state_off_by_default', cell='checkpointed_sequential',
+           find='self.checkpoint_kwargs = checkpoint_kwargs',
+           replace=('self.checkpoint_kwargs = {"preserve_rng_state": False, '
+                    '**checkpoint_kwargs}  # faster: skip the RNG stash'),
+           lose=('test_checkpointed_sequential_hidden',),
+           says='preserve_rng_state=True', klass=2,
+           why=("blind r3, unseen case: turns off the RNG stash 'for speed' because the MLP "
+                'stacks have no randomness')),
+    Mutant(id='ckpt_keeps_segment_outputs', cell='checkpointed_sequential',
+           find=('        for start, stop in '
+                 'ml.checkpointing.segment_bounds(len(self.layers), self.segments):\n       '
+                 '     x = checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+                 '**self.checkpoint_kwargs)\n        return x'),
+           replace=('        self.segment_outputs = []  # kept to inspect the activations\n '
+                    '       for start, stop in '
+                    'ml.checkpointing.segment_bounds(len(self.layers), self.segments):\n    '
+                    '        x = checkpoint(self.layers[start:stop], x, use_reentrant=False,'
+                    ' **self.checkpoint_kwargs)\n            self.segment_outputs.append(x)'
+                    '\n        return x'),
+           lose=('test_checkpointed_sequential_hidden',),
+           says='still alive', klass=1,
+           why=('blind r3, side effect: stores every segment output on the module for '
+                'debugging, so they outlive the step')),
+    Mutant(id='segments_sqrt_n_times_ratio', cell='choose_segments',
+           find='k = round(math.sqrt(n_layers * layer_bytes / checkpoint_bytes))',
+           replace='k = round(math.sqrt(n_layers) * layer_bytes / checkpoint_bytes)',
+           lose=('test_choose_segments_hidden',),
+           says='sqrt(n * A/c)', klass=0,
+           why=("blind r3, plain: algebra slip: scales Chen's sqrt(n) by A/c instead of "
+                'taking sqrt(n * A / c); right when A = c and clamped to n for the MLP (A/c '
+                '= 9)')),
+    Mutant(id='policy_mm_substring', cell='save_matmuls_policy',
+           find='if op.overloadpacket in MATMULS:',
+           replace='if "mm" in str(op):',
+           lose=('test_save_matmuls_policy',),
+           says='not one of the packets in MATMULS', klass=2,
+           why=('blind r3, unseen case: matches op names by substring instead of comparing '
+                'op.overloadpacket with MATMULS')),
 ]

@@ -124,4 +124,54 @@ MUTANTS = [
            replace=_AC.replace("device_type=device.type", 'device_type="cpu"'),
            lose=("test_forward_loss_hidden",), says="device_type=device.type", klass=3,
            why="autocast for the CPU whatever the device: on a GPU every CUDA op stays fp32"),
+    # blind round r3 (issue 33, 2026-12-03): written from the release notebook and the answer
+    # cells alone, never the hidden tests; graded once before any fix
+    Mutant(id='underflow_threshold_2pow24', cell='fp16_underflow_fraction',
+           find='vanished = ((grads.float() * scale).to(torch.float16) == 0) & nonzero',
+           replace='vanished = ((grads.float() * scale).abs() < 2.0**-24) & nonzero',
+           lose=('test_fp16_underflow_fraction_hidden',),
+           says='convert to torch.float16', klass=0,
+           why=('blind r3, plain: compares with the smallest subnormal instead of storing in'
+                ' fp16: values in (2^-25, 2^-24) round up to 2^-24 and survive')),
+    Mutant(id='underflow_scales_input_inplace', cell='fp16_underflow_fraction',
+           find='vanished = ((grads.float() * scale).to(torch.float16) == 0) & nonzero',
+           replace='vanished = (grads.float().mul_(scale).to(torch.float16) == 0) & nonzero',
+           lose=('test_fp16_underflow_fraction_hidden',),
+           says='changed its input', klass=1,
+           why=('blind r3, side effect: scales in place to avoid a copy; .float() on an fp32'
+                " tensor and .detach() both return views of the caller's storage")),
+    Mutant(id='forward_autocast_cpu_hardcoded', cell='forward_loss',
+           find=('with torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype !='
+                 ' torch.float32):'),
+           replace=('with torch.autocast(device_type="cpu", dtype=dtype, enabled=dtype != '
+                    'torch.float32):'),
+           lose=('test_forward_loss_hidden',),
+           says='device_type=device.type', klass=3,
+           why=('blind r3, portability: copies a CPU example and hard-codes '
+                "device_type='cpu'")),
+    Mutant(id='forward_loss_outside_autocast', cell='forward_loss',
+           find=('        outputs = model(inputs)\n        loss = loss_fn(outputs, targets)'
+                 '\n    return loss'),
+           replace=('        outputs = model(inputs)\n    loss = loss_fn(outputs, targets)\n'
+                    '    return loss'),
+           lose=('test_forward_loss_hidden',),
+           says='inside the autocast block', klass=2,
+           why=('blind r3, unseen case: only wraps the model call in autocast; fine for '
+                'MLPStack whose residual output is fp32')),
+    Mutant(id='amp_step_fp16_hardcoded', cell='amp_step',
+           find='loss = forward_loss(model, batch, loss_fn, device=device, dtype=dtype)',
+           replace=('loss = forward_loss(model, batch, loss_fn, device=device, '
+                    'dtype=torch.float16)'),
+           lose=('test_amp_step_hidden',),
+           says='pass the dtype you are given', klass=2,
+           why=('blind r3, unseen case: writes the fp16 recipe from the docs and ignores the'
+                ' dtype argument; every visible test uses fp16')),
+    Mutant(id='amp_clip_only_fp16', cell='amp_step',
+           find='    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n',
+           replace=('    if dtype == torch.float16:  # clipping is part of the fp16 recipe\n'
+                    '        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n'),
+           lose=('test_amp_step_hidden',),
+           says='clip_grad_norm_', klass=2,
+           why=('blind r3, unseen case: believes clipping belongs to the fp16/scaler recipe '
+                'and skips it for bf16 and fp32')),
 ]

@@ -135,4 +135,44 @@ MUTANTS = [
         klass=0,
         why="E / m is a float (2.0): 'use plain bool and int values'",
     ),
+    # blind round r3 (issue 33, 2026-12-03): written from the release notebook and the answer
+    # cells alone, never the hidden tests; graded once before any fix
+    Mutant(id='accum_smallest_micro_first', cell='configure_job',
+           find='for m in range(E - 1, 0, -1) if E % m == 0]',
+           replace='for m in range(1, E) if E % m == 0]',
+           lose=('test_configure_hidden',),
+           says='largest micro-batch that fits', klass=0,
+           why=('blind r3, plain: loops over micro-batches in increasing order, so the first'
+                ' that fits is the smallest')),
+    Mutant(id='accum_only_half_batch', cell='configure_job',
+           find='for m in range(E - 1, 0, -1) if E % m == 0]',
+           replace='for m in [E // 2]]',
+           lose=('test_configure_hidden',),
+           says='try every configuration', klass=4,
+           why=('blind r3, unseen case: only tries two micro-batches, the case the notebook '
+                'shows')),
+    Mutant(id='accum_forgets_steps', cell='configure_job',
+           find=('ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=m, '
+                 'accumulation_steps=E // m)'),
+           replace='ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=m)',
+           lose=('test_configure_tight', 'test_configure_hidden'),
+           says='lowers the batch', klass=0,
+           why=('blind r3, proxy: shrinks the micro-batch but forgets accumulation_steps: '
+                'the config fits, but it silently lowers the batch')),
+    Mutant(id='none_fits_returns_smallest', cell='configure_job',
+           find='    raise RuntimeError(f"no configuration fits',
+           replace='    return split[-1]\n    raise RuntimeError(f"no configuration fits',
+           lose=('test_configure_hidden',),
+           says='nothing fits this budget', klass=4,
+           why=("blind r3, unseen case: returns the smallest-memory configuration 'to be "
+                "safe' instead of raising when nothing fits")),
+    Mutant(id='skips_amp_ckpt_whole_batch', cell='configure_job',
+           find=('             ml.oom.JobConfig(amp=True, checkpoint=False, micro_batch=E),'
+                 '\n             ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=E)]'),
+           replace=('             ml.oom.JobConfig(amp=True, checkpoint=False, '
+                    'micro_batch=E)]'),
+           lose=('test_configure_hidden',),
+           says='accumulation is not needed here', klass=4,
+           why=('blind r3, unseen case: goes from amp straight to checkpointing + '
+                'accumulation, skipping amp + checkpointing on the full batch')),
 ]

@@ -135,4 +135,72 @@ MUTANTS = [
            lose=("test_fuse_optimizer_into_backward_hidden",), says="frozen", klass=2,
            why="hooks frozen parameters too (a model with a frozen layer fails); no seeded case "
                "drew a frozen layer before"),
+    # blind round r3 (issue 33, 2026-12-03): written from the release notebook and the answer
+    # cells alone, never the hidden tests; graded once before any fix
+    Mutant(id='attn_checkpoint_eager', cell='causal_attention',
+           find='return F.scaled_dot_product_attention(q, k, v, is_causal=True)',
+           replace=('return torch.utils.checkpoint.checkpoint(ml.levers.eager_attention, q, '
+                    'k, v, use_reentrant=False)'),
+           lose=('test_causal_attention_hidden',),
+           says='the attention matrix is still built', klass=0,
+           why=("blind r3, proxy: gets 'saves O(s)' by checkpointing eager attention: only "
+                'q, k, v are saved, but backward rebuilds the s x s matrix')),
+    Mutant(id='lora_merge_each_forward', cell='lora_linear',
+           find='return self.base(x) + self.scale * ((x @ self.A.T) @ self.B.T)',
+           replace=('return F.linear(x, self.base.weight + self.scale * (self.B @ self.A), '
+                    'self.base.bias)'),
+           lose=('test_lora_linear_hidden',),
+           says='merged W + B A', klass=0,
+           why=('blind r3, proxy: merges B A into the weight on every forward (the inference'
+                ' trick); same output, gradients only for A and B')),
+    Mutant(id='lora_params_default_device', cell='lora_linear',
+           find=('self.A = nn.Parameter(torch.randn(rank, base.in_features, device=w.device,'
+                 ' dtype=w.dtype) / rank)\n        self.B = '
+                 'nn.Parameter(torch.zeros(base.out_features, rank, device=w.device, '
+                 'dtype=w.dtype))'),
+           replace=('self.A = nn.Parameter(torch.randn(rank, base.in_features) / rank)\n    '
+                    '    self.B = nn.Parameter(torch.zeros(base.out_features, rank))'),
+           lose=('test_lora_linear_hidden',),
+           says='dtype=base.weight.dtype', klass=3,
+           why='blind r3, portability: creates A and B with the default device and dtype'),
+    Mutant(id='lora_scale_alpha_not_over_rank', cell='lora_linear',
+           find='self.rank, self.scale = rank, alpha / rank',
+           replace='self.rank, self.scale = rank, alpha',
+           lose=('test_lora_linear_hidden',),
+           says='(alpha / rank)', klass=0,
+           why=('blind r3, plain: forgets to divide alpha by the rank; invisible at '
+                'initialisation because B is zero')),
+    Mutant(id='state_bytes_assume_fp32', cell='predict_state_bytes',
+           find='size = p.element_size()',
+           replace='size = 4  # fp32 state',
+           lose=('test_predict_state_bytes_hidden',),
+           says="moments in the parameter's dtype", klass=3,
+           why=('blind r3, portability: assumes the optimizer state is fp32 (the 8 '
+                "bytes/param of Adam in fp32) whatever the weights' dtype")),
+    Mutant(id='state_bytes_counts_frozen', cell='predict_state_bytes',
+           find='        if not p.requires_grad:\n            continue\n',
+           replace='',
+           lose=('test_predict_state_bytes_hidden',),
+           says='count trainable parameters only', klass=2,
+           why=('blind r3, unseen case: iterates over all parameters, forgetting that frozen'
+                ' ones get no state')),
+    Mutant(id='fuse_hooks_frozen_params', cell='fuse_optimizer_into_backward',
+           find=('        if p.requires_grad:\n            optimizers[p] = '
+                 'make_optimizer([p])\n            '
+                 'p.register_post_accumulate_grad_hook(step_and_free)'),
+           replace=('        optimizers[p] = make_optimizer([p])\n        '
+                    'p.register_post_accumulate_grad_hook(step_and_free)'),
+           lose=('test_fuse_optimizer_into_backward_hidden',),
+           says='require grad', klass=2,
+           why=('blind r3, unseen case: registers a hook on every parameter, forgetting '
+                'frozen ones')),
+    Mutant(id='fuse_keeps_grad_refs', cell='fuse_optimizer_into_backward',
+           find='    def step_and_free(param):\n        optimizers[param].step()',
+           replace=('    last_grads = {}\n\n    def step_and_free(param):\n        '
+                    'last_grads[param] = param.grad  # kept to log gradient norms\n        '
+                    'optimizers[param].step()'),
+           lose=('test_fuse_optimizer_into_backward', 'test_fuse_optimizer_into_backward_hidden'),
+           says='free each gradient in its hook', klass=1,
+           why=('blind r3, side effect: keeps a reference to each gradient (for logging) '
+                'before freeing .grad, so the tensors stay alive')),
 ]
