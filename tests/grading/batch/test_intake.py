@@ -167,3 +167,57 @@ def test_a_linked_folder_is_refused_not_graded_as_its_target(tmp_path):
     for who in ("mallory", "trudy"):
         with pytest.raises(ValueError, match="is a link, not a folder of its own"):
             intake._read_tree(folders[who])
+
+
+@pytest.mark.parametrize("damage", [
+    "nbgrader_list", "nbgrader_str", "metadata_list", "grade_id_list", "grade_id_int",
+    "kernelspec_str", "source_int", "tags_str", "cell_not_a_dict", "points_str",
+])
+def test_precheck_repairs_odd_metadata_types_instead_of_crashing(tmp_path, damage):
+    """Principle 6: a notebook whose metadata has the wrong JSON types (a list where nbgrader
+    writes a mapping, a number for a grade_id, a string for the kernelspec...) is repaired by
+    grade_id or its cell made plain, with a reason; _precheck never raises, and what it writes
+    is a notebook nbformat reads back."""
+    import json
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[3]
+    release = root / "notebooks" / "00_setup"
+    nb = json.loads((release / "00_setup.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    answer = next(c for c in code if (c["metadata"].get("nbgrader") or {}).get("solution"))
+    if damage == "nbgrader_list":
+        answer["metadata"]["nbgrader"] = ["grade_id", "tensor_bytes"]
+    elif damage == "nbgrader_str":
+        answer["metadata"]["nbgrader"] = "tensor_bytes"
+    elif damage == "metadata_list":
+        answer["metadata"] = ["nbgrader"]
+    elif damage == "grade_id_list":
+        answer["metadata"]["nbgrader"]["grade_id"] = ["tensor_bytes"]
+    elif damage == "grade_id_int":
+        answer["metadata"]["nbgrader"]["grade_id"] = 7
+    elif damage == "kernelspec_str":
+        nb["metadata"]["kernelspec"] = "python3"
+    elif damage == "source_int":
+        answer["source"] = 12
+    elif damage == "tags_str":
+        answer["metadata"]["tags"] = "skip-execution"
+    elif damage == "cell_not_a_dict":
+        nb["cells"].insert(1, ["not", "a", "cell"])
+    elif damage == "points_str":
+        answer["metadata"]["nbgrader"]["points"] = "100"
+    dest = tmp_path / "sub"
+    dest.mkdir()
+    (dest / "00_setup.ipynb").write_text(json.dumps(nb))
+    reasons = intake._precheck(dest, release, ["00_setup"])
+    assert all(isinstance(r, str) and r for r in reasons)
+    path = dest / "00_setup.ipynb"
+    if path.exists():
+        back = nbformat.read(path, as_version=4)
+        assert isinstance(back.cells, list)
+        ids = [(c.metadata.get("nbgrader") or {}).get("grade_id") for c in back.cells]
+        assert all(i is None or isinstance(i, str) for i in ids)
+        assert all(isinstance(c.source, str) for c in back.cells)
+    else:
+        assert any("not a readable notebook" in r for r in reasons), reasons

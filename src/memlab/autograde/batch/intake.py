@@ -70,6 +70,50 @@ def _norm(src: str) -> str:
     return "\n".join(line.rstrip() for line in src.strip().splitlines())
 
 
+def _plain_types(nb) -> list[str]:
+    """Give every field the rest of the precheck reads the JSON type nbformat writes, in place;
+    the reasons. A notebook is data the learner could have typed anything into: a list where
+    nbgrader writes a mapping, a number for a grade_id, a string for the kernelspec or the tags.
+    What has the wrong type is dropped (a cell whose nbgrader metadata goes is graded as a plain
+    cell, and a deleted grade cell is restored from the release below), never trusted."""
+    import nbformat
+
+    reasons: list[str] = []
+    if not isinstance(nb.get("metadata"), dict):
+        nb["metadata"] = nbformat.NotebookNode()
+    if "kernelspec" in nb.metadata and not isinstance(nb.metadata["kernelspec"], dict):
+        del nb.metadata["kernelspec"]
+        reasons.append("notebook kernelspec is not a mapping: ignored, graded with python3")
+    kept = []
+    for i, cell in enumerate(nb.cells):
+        where = f"cell {i + 1}"
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            reasons.append(f"{where} is not a notebook cell: dropped")
+            continue
+        if not isinstance(cell.get("metadata"), dict):
+            cell["metadata"] = nbformat.NotebookNode()
+            reasons.append(f"{where}: metadata is not a mapping: dropped")
+        meta = cell["metadata"]
+        if "nbgrader" in meta and (not isinstance(meta["nbgrader"], dict) or not isinstance(
+                meta["nbgrader"].get("grade_id", ""), str)):
+            del meta["nbgrader"]
+            reasons.append(f"{where}: nbgrader metadata is not a mapping with a text grade_id: "
+                           "dropped (graded as a plain cell)")
+        if "tags" in meta and not (isinstance(meta["tags"], list)
+                                   and all(isinstance(t, str) for t in meta["tags"])):
+            del meta["tags"]
+            reasons.append(f"{where}: tags are not a list of text: dropped")
+        src = cell.get("source", "")
+        if isinstance(src, list) and all(isinstance(x, str) for x in src):
+            cell["source"] = "".join(src)
+        elif not isinstance(src, str):
+            cell["source"] = ""
+            reasons.append(f"{where}: source is not text: emptied")
+        kept.append(cell)
+    nb["cells"] = kept
+    return reasons
+
+
 def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
     """Repair what can be repaired in the submitted folder ``dest``; return the reasons."""
     import nbformat
@@ -101,6 +145,7 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
             first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
             reasons.append(f"{name}.ipynb is not a readable notebook ({type(exc).__name__}: {first}): scores 0")
             continue
+        reasons += _plain_types(nb)
         released = nbformat.read(str(release_dir / f"{name}.ipynb"), as_version=4)
         rel_cells = {_meta(c).get("grade_id"): c for c in released.cells if _meta(c).get("grade_id")}
         kernel = (nb.metadata.get("kernelspec") or {}).get("name")
