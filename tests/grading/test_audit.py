@@ -178,6 +178,9 @@ HOSTILE = [
     ("06_sharding", "predict_rank_bytes", "for k in runs:\n    runs[k].clear()",
      "changes the course's data"),
     ("06_sharding", "predict_rank_bytes", "SIZES.sort()", "changes the course's data"),
+    ("10_debugging_memory", "read_oom", "d = OOM_EXAMPLES\nd.clear()", "changes the course's data"),
+    ("06_sharding", "predict_rank_bytes", "def f():\n    r = runs['ddp']\n    r.clear()",
+     "changes the course's data"),
 ]
 
 

@@ -289,6 +289,7 @@ class _Checker(ast.NodeVisitor):
         self.own_names: set[str] = set()   # names the cell itself binds (set by audit_source)
         self.own_attributes: frozenset[str] = frozenset()  # the learner's own _fields
         self.scopes: list[set[str]] = []   # the names local to each function being visited
+        self.course_aliases: dict[str, str] = {}  # `d = OOM_EXAMPLES`: d is the course's value
 
     # ---------------------------------------------------------------- helpers
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
@@ -305,6 +306,8 @@ class _Checker(ast.NodeVisitor):
         if not isinstance(node, ast.Name):
             return None
         n = node.id
+        if n in self.course_aliases:
+            return self.course_aliases[n]
         if n not in self.notebook_names or n in self.aliases or n in self.own_names \
                 or any(n in scope for scope in self.scopes):
             return None
@@ -437,6 +440,13 @@ class _Checker(ast.NodeVisitor):
         if isinstance(target, ast.Name) and target.id.startswith("__") and target.id.endswith("__"):
             self.flag(node, "introspection", f"binds {target.id}")
         if isinstance(target, ast.Name):
+            # another name for the course's value is still the course's value (not a copy)
+            course = self.course_value(value) if isinstance(
+                value, (ast.Name, ast.Attribute, ast.Subscript)) else None
+            if course is not None:
+                self.course_aliases[target.id] = course
+            else:
+                self.course_aliases.pop(target.id, None)
             origin = self.resolve(value) if value is not None else None
             if origin:
                 self.aliases[target.id] = origin
