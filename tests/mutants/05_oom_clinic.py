@@ -175,4 +175,13 @@ MUTANTS = [
            says='accumulation is not needed here', klass=4,
            why=('blind r3, unseen case: goes from amp straight to checkpointing + '
                 'accumulation, skipping amp + checkpointing on the full batch')),
+    Mutant(id='written_amp_halves_model_states', cell='oom_answer',
+           find=('or fp16 autocast): activations take 2 bytes instead of 4, roughly halving '
+                 'them.'),
+           replace=('or fp16 autocast): parameters, gradients and optimizer state take 2 '
+                    'bytes instead of 4, halving the model.'),
+           lose=('test_oom_answer',),
+           says='the weights stay fp32', klass=5,
+           why=('blind r3, written: states the wrong cause: autocast keeps fp32 parameters, '
+                'gradients and Adam state; its saving is in the activations')),
 ]

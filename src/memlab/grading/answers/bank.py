@@ -169,8 +169,10 @@ OOM_BEFORE_BATCH = Rubric(
             r"model states|optimi[sz]er states?|adam(?: s)? (?:states?|moments))",
             # "with mixed precision the weights, grads and Adam moments all shrink 2x": a list in
             # one clause, so the words between may hold commas (not a clause break)
+            # "mixed precision (bf16 autocast): parameters, gradients and optimizer state take 2
+            # bytes" (the colon is a clause break: cross one)
             r"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision)"
-            r"[^.]*? (?:weights|parameters|model states|optimi[sz]er states?|moments) "
+            r"[^.]*?(?: \. [^.]*?)? (?:weights|parameters|model states|optimi[sz]er states?|moments) "
             rf"{G(3, negations=False)}"
             r"(?:halv\w*|shrink\w*|take (?:2|two) bytes|(?:are|is) (?:2|two) bytes)",
         ), 0.3, "under autocast the weights stay fp32, and so do their gradients and Adam's two "
