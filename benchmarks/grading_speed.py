@@ -36,8 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from memlab.autograde import course as instructor
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
+
+from _course import released_course  # benchmarks/
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,13 +125,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="memlab-bench-"))
     procs: list[subprocess.Popen] = []
     try:
-        (tmp / "course" / "autograder").mkdir(parents=True)
-        shutil.copy(ROOT / "autograder" / "nbgrader_config.py", tmp / "course" / "autograder")
-        for name in names:
-            shutil.copytree(ROOT / "solutions" / name, tmp / "course" / "solutions" / name,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        config = tmp / "course" / "autograder" / "nbgrader_config.py"
-        instructor.release(names, api=instructor.make_api(config))
+        config = released_course(tmp / "course", names)
         subs = tmp / "class"
         for i in range(args.students):
             for name in names:

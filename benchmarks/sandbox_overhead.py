@@ -24,8 +24,9 @@ from pathlib import Path
 
 import nbformat
 
-from memlab.autograde import course as instructor
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
+
+from _course import released_course  # benchmarks/
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
@@ -51,13 +52,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="memlab-sbx-bench-"))
     try:
         course = tmp / "course"
-        (course / "autograder").mkdir(parents=True)
-        shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course / "autograder")
-        for a in names:
-            shutil.copytree(ROOT / "solutions" / a, course / "solutions" / a,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        config = course / "autograder" / "nbgrader_config.py"
-        instructor.release(names, api=instructor.make_api(config))
+        config = released_course(course, names)
         rows = []
         for a in names:
             [rel_path] = sorted((course / "notebooks" / a).glob("*.ipynb"))

@@ -29,24 +29,15 @@ from pathlib import Path
 from memlab.autograde import course as instructor
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
+from _course import released_course  # benchmarks/
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _course(tmp: Path, names: list[str]) -> Path:
-    (tmp / "autograder").mkdir(parents=True)
-    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", tmp / "autograder")
-    for name in names:
-        shutil.copytree(ROOT / "solutions" / name, tmp / "solutions" / name,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    config = tmp / "autograder" / "nbgrader_config.py"
-    instructor.release(names, api=instructor.make_api(config))
-    return config
 
 
 def _plain(tmp: Path, names: list[str], students: int) -> tuple[float, list[str]]:
     from nbgrader.api import Gradebook
 
-    config = _course(tmp, names)
+    config = released_course(tmp, names)
     api = instructor.make_api(config)
     who = [f"student{i:02d}" for i in range(students)]
     for s in who:
@@ -69,7 +60,7 @@ def _plain(tmp: Path, names: list[str], students: int) -> tuple[float, list[str]
 
 
 def _layers(tmp: Path, names: list[str], students: int, workers: int) -> tuple[float, list[str]]:
-    config = _course(tmp, names)
+    config = released_course(tmp, names)
     subs = tmp / "class"
     for i in range(students):
         for name in names:

@@ -195,6 +195,19 @@ def trim_to_graded(nb, solution_nb, keep: Iterable[str] = ()):
     return nb
 
 
+def with_solution_answers(release, solution):
+    """The release with every answer cell holding the solution's answer (markers removed): an
+    honest submission, whole (the controls and classmates of the hostile corpora)."""
+    nb = copy.deepcopy(release)
+    answers = {nbgrader_meta(c).get("grade_id"): c.source for c in solution.cells
+               if nbgrader_meta(c).get("solution")}
+    for c in nb.cells:
+        gid = nbgrader_meta(c).get("grade_id")
+        if gid in answers:
+            c.source = strip_solution_markers(answers[gid])
+    return nb
+
+
 def with_answer(nb, grade_id: str, source: str):
     """A copy of ``nb`` whose answer cell ``grade_id`` holds ``source``."""
     nb = copy.deepcopy(nb)

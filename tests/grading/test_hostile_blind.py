@@ -24,7 +24,7 @@ import pytest
 
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
-from course_support import make_course, strip_solution_markers  # tests/
+from course_support import make_course, with_solution_answers  # tests/
 
 HERE = Path(__file__).resolve().parent / "hostile" / "blind_r3"
 MANIFEST = json.loads((HERE / "manifest.json").read_text())
@@ -61,16 +61,6 @@ def attack_notebook(attack: str, release):
     return nb
 
 
-def _honest(release, solution):
-    nb = nbformat.from_dict(json.loads(json.dumps(release)))
-    answers = {_key(c): c.source for c in solution.cells
-               if (c.get("metadata", {}).get("nbgrader") or {}).get("solution")}
-    for c in nb.cells:
-        if _key(c) in answers:
-            c.source = strip_solution_markers(answers[_key(c)])
-    return nb
-
-
 def _digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
@@ -85,7 +75,7 @@ def graded(tmp_path_factory):
         [rel_path] = sorted((root / "course" / "notebooks" / a).glob("*.ipynb"))
         release = nbformat.read(rel_path, as_version=4)
         solution = nbformat.read(root / "course" / "solutions" / a / rel_path.name, as_version=4)
-        for who, nb in ((f"victim_{a[:2]}", _honest(release, solution)),
+        for who, nb in ((f"victim_{a[:2]}", with_solution_answers(release, solution)),
                         (f"blank_{a[:2]}", release)):
             (cls / who / a).mkdir(parents=True)
             nbformat.write(nb, cls / who / a / rel_path.name)

@@ -15,7 +15,21 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["score", "Report", "fresh_namespace", "run_cell", "call_captured"]
+__all__ = ["limit_process", "score", "Report", "fresh_namespace", "run_cell", "call_captured"]
+
+
+def limit_process(memory_mb: int) -> None:
+    """The limits of a fresh grading process, before it imports the course: it dies with its
+    parent, writes no core file, and holds at most ``memory_mb`` of address space (0: no limit;
+    none either where an NVIDIA GPU is visible, whose driver maps far more than it uses)."""
+    import resource
+
+    from memlab.autograde.security.kernel import _limit, _nvidia_gpu_visible, _set_pdeathsig
+
+    _set_pdeathsig()
+    _limit(resource.RLIMIT_CORE, 0)
+    if memory_mb > 0 and not _nvidia_gpu_visible():
+        _limit(resource.RLIMIT_AS, memory_mb * 1024 * 1024)
 
 
 def score(max_points: float, error: str, stderr: str, value: Any) -> tuple[float, str]:

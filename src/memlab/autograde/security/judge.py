@@ -367,11 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     says ready, opens the channel in DIR (the worker's folder), then runs its cells as the
     worker reaches them."""
     import json
-    import resource
 
     from memlab.autograde.security import cells as run
-    from memlab.autograde.security.kernel import (_limit, _nvidia_gpu_visible, _set_pdeathsig,
-                                                  course_only_path)
+    from memlab.autograde.security.kernel import course_only_path
 
     course_only_path()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -380,11 +378,7 @@ def main(argv: list[str] | None = None) -> None:
         flag = args.pop(0)[2:]
         opts[flag] = args.pop(0)
     [path] = args
-    _set_pdeathsig()
-    _limit(resource.RLIMIT_CORE, 0)
-    memory_mb = int(opts.get("memory-mb", 0))
-    if memory_mb > 0 and not _nvidia_gpu_visible():
-        _limit(resource.RLIMIT_AS, memory_mb * 1024 * 1024)
+    run.limit_process(int(opts.get("memory-mb", 0)))
     cell_timeout = float(opts.get("cell-timeout", 300))
     report = run.Report(int(opts["report-fd"]))
     import torch  # noqa: F401  the course, as the notebooks import it

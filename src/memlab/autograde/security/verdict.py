@@ -54,7 +54,8 @@ from typing import Callable, Mapping
 # the same reading of a cell's nbgrader metadata and source
 from memlab.autograde.security.audit import _meta, _src
 # one cell or one call, by nbgrader's rules, in the fresh process (shared with the judge)
-from memlab.autograde.security.cells import Report, call_captured, fresh_namespace, run_cell, score
+from memlab.autograde.security.cells import (Report, call_captured, fresh_namespace,
+                                             limit_process, run_cell, score)
 
 __all__ = ["Verdict", "program_of", "rerun", "score", "combine", "main"]
 
@@ -385,8 +386,6 @@ def main(argv: list[str] | None = None) -> None:
     """The harness: ``python -c 'from memlab.autograde.security.verdict import main; main()' [--memory-mb N]
     [--cell-timeout S] program.json``, with the report pipe on the one inherited descriptor
     above 2. Imports its trusted modules before any learner code, then runs the program."""
-    import resource
-
     argv = list(sys.argv[1:] if argv is None else argv)
     from memlab.autograde.security.kernel import course_only_path
 
@@ -401,12 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             cell_timeout = float(value)
     [program_path] = argv
-    from memlab.autograde.security.kernel import _limit, _nvidia_gpu_visible, _set_pdeathsig
-
-    _set_pdeathsig()
-    _limit(resource.RLIMIT_CORE, 0)
-    if memory_mb > 0 and not _nvidia_gpu_visible():
-        _limit(resource.RLIMIT_AS, memory_mb * 1024 * 1024)
+    limit_process(memory_mb)
     report = Report(out_fd)
 
     import torch  # noqa: F401  trusted modules first: the guard captures the originals

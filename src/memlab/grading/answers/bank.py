@@ -660,7 +660,14 @@ _SAVE = r"(?:sav|stor|keep|kept|cach|hold|held|stash|retain|remember)\w*"
 _LAYERS = r"(?:layers?|depth|blocks?)"
 _MS = (r"(?:parameters?|params|weights|model states?|gradients?|grads|"
        r"(?:adam\w* |optimi[sz]er )?(?:states?|moments))")
-_MS_LIST = rf"{_MS}(?: (?:,|and|, and|or) (?:the |their |its |all )?{_MS})*"
+
+
+def _listed(term: str) -> str:
+    """``term``, or a list of them in one clause: "weights, gradients and the moments"."""
+    return rf"{term}(?: (?:,|and|, and|or) (?:the |their |its |all )?{term})*"
+
+
+_MS_LIST = _listed(_MS)
 ACTIVATIONS_SCALING = Rubric(
     id="activations_scaling",
     question=("Why do activations, rather than parameters, usually decide whether a training "
@@ -1511,9 +1518,8 @@ BYTES_CONVENTIONS = Rubric(
 # sentence that moves the wrong quantity or the wrong way costs its penalty even where its
 # words also earn a concept. The correct statements of the same facts are tested not to fire
 # (tests/grading/test_rubric.py, test_a_fact_with_a_direction_*).
-_MSX = (r"(?:parameters?|params|weights?|model states?|gradients?|grads|"
-        r"(?:adam\w* |optimi[sz]er )?(?:states?|moments))")
-_MSX_LIST = rf"{_MSX}(?: (?:,|and|, and|or) (?:the |their |its |all )?{_MSX})*"
+_MSX = _MS.replace("|weights|", "|weights?|")   # the model states, "the weight" too
+_MSX_LIST = _listed(_MSX)
 # the quantity as the claim's subject: not the object of a preposition ("stored for gradients
 # grow ..."), not the logits' gradient (an activation of the last layer, which does grow)
 _SUBJECT = r"(?<!for )(?<!of )(?<!to )(?<!from )(?<!logits )(?<!logit )(?<!logits s )"

@@ -461,9 +461,8 @@ def _stuffing(tokens: list[str], listed: bool = False
     # a list written one term a line, a bullet or a number ("- linearity of the gradient\n-
     # p.grad accumulates\n- ..."): each item is a sentence of its own, so the run above, which
     # ends with its sentence, never sees it. In such a list, five or more items of which 70% are
-    # short terms
-    # (at most five words, no function word but the light ones, "by", "and", "or"), averaging
-    # at most 3.5 words: the terms earn nothing. A sentence a line, as an honest list is
+    # short terms (at most five words, no function word but the light ones, "by", "and", "or"),
+    # averaging at most 3.5 words: the terms earn nothing. A sentence a line, as an honest list is
     # written, is longer or keeps a verb's company ("is", "it", "when", ...).
     items: list[list[int]] = [[]]
     for i, t in enumerate(tokens):
@@ -791,7 +790,8 @@ def grade_rubric(answer: object, rb: Rubric) -> Result:
 def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     fix = _corrector(rb)
     sentences = [s for s in _SENTENCE_END.split(raw) if s.strip()]
-    if _written_as_list(raw):   # one item a line: each line is a sentence of its own
+    listed = _written_as_list(raw)
+    if listed:   # one item a line: each line is a sentence of its own
         sentences = [ln for s in sentences for ln in s.splitlines() if ln.strip()]
     chunks: list[list[str]] = []
     raw_kept: list[str] = []
@@ -818,7 +818,7 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         tokens += toks
         owner += [k] * len(toks)
     copied = _copied_mask(tokens, rb.question)
-    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens, _written_as_list(raw))
+    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens, listed)
     n_tok_words = sum(map(_is_word, tokens))
     copied_share = sum(copied) / n_tok_words
     pasted = _pasted_share(tokens, rb)
