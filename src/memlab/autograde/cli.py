@@ -10,7 +10,12 @@ Used by: `make release`, autograder/README.md, tests/notebooks/test_nbgrader_pip
                                  [--student ID] [--assignment A] [--no-resume] [--out DIR] ...
                                  a whole class (folder or zip) in parallel: autograde,
                                  feedback, CSV, summary (memlab.autograde.batch.grade_class); resumable
-    python -m memlab.autograde reviews [ASSIGNMENT]           answers flagged for manual review
+    python -m memlab.autograde reviews [ASSIGNMENT]           the open review queue
+    python -m memlab.autograde reviews --set STUDENT ASSIGNMENT CELL POINTS [--note WHY]
+    python -m memlab.autograde reviews --accept STUDENT ASSIGNMENT [CELL]
+                                 the instructor's decision: nbgrader's manual score, kept by
+                                 regrades while the answers are unchanged
+                                 (memlab.autograde.decisions)
 
 Every command loads autograder/nbgrader_config.py (or ``--config FILE``) and drives nbgrader
 through its Python API (``nbgrader.apps.NbGraderAPI``), one process for all students: the
@@ -45,9 +50,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--student", action="append", default=None)
     p = sub.add_parser("export", help="export grades as CSV")
     p.add_argument("--to", default=None)
-    p = sub.add_parser("reviews", help="list autograded answers flagged for manual review "
-                                       "(and, for 07, a clean regrade outside the kernel)")
+    p = sub.add_parser("reviews", help="the review queue (what grade-class could not vouch for), "
+                                       "and the instructor's decisions on it",
+                       description="Without options: list the open review queue. --set or "
+                                   "--accept: decide a grade (nbgrader's manual score, as "
+                                   "formgrader sets it); "
+                                   "the feedback and the class report are written again, and every "
+                                   "regrade keeps the decision while the answers are unchanged.")
     p.add_argument("assignment", nargs="?", default=None)
+    p.add_argument("--set", nargs=4, metavar=("STUDENT", "ASSIGNMENT", "CELL", "POINTS"),
+                   default=None,
+                   help="set the grade of one grade cell (e.g. test_written_answer) to POINTS")
+    p.add_argument("--accept", nargs="+", metavar="STUDENT ASSIGNMENT [CELL]", default=None,
+                   help="keep the score the grader gave (one cell, or every cell of the "
+                        "submission)")
+    p.add_argument("--note", default="", help="why (shown in submissions.csv)")
+    p.add_argument("--notebook", default=None, help="the notebook, when a cell name is in several")
+    p.add_argument("--report", default=None,
+                   help="class report folder to write again "
+                        "(default: autograder/work/class_report)")
     p = sub.add_parser("grade-class", help="grade a whole class (folder or zip of <student>/<assignment>/)",
                        description="Autograde every assignment of every student in parallel, write "
                                    "feedback, grades.csv and a summary. See autograder/README.md.")
@@ -97,9 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "export":
             print(f"grades exported to {export(args.to, args.config)}")
         elif args.command == "reviews":
+            if args.set or args.accept:
+                return _decide(args)
             from memlab.autograde import review
 
-            print(review.format_reviews(review.course_reviews(args.assignment, args.config)))
+            queue = review.review_queue(args.assignment, args.config, args.report)
+            print(review.format_reviews(queue))
         elif args.command == "grade-class":
             from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
@@ -125,6 +149,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NbgraderError, RuntimeError, FileNotFoundError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
+    return 0
+
+
+def _decide(args) -> int:
+    """``reviews --set`` / ``--accept``: the decision, the feedback again, the report again."""
+    from memlab.autograde import decisions
+    from memlab.autograde.batch.grade_class import refresh_report
+
+    if args.set:
+        student, assignment, cell, points_text = args.set
+        try:
+            points: float | None = float(points_text)
+        except ValueError:
+            print(f"POINTS must be a number, not {points_text!r}", file=sys.stderr)
+            return 2
+    else:
+        if len(args.accept) not in (2, 3):
+            print("--accept STUDENT ASSIGNMENT [CELL]", file=sys.stderr)
+            return 2
+        student, assignment, cell, points = *args.accept[:2], (args.accept[2:] or [None])[0], None
+    try:
+        made = decisions.decide(make_api(args.config), student, assignment, cell, points,
+                                note=args.note, notebook=args.notebook)
+    except decisions.DecisionError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for d in made:
+        print(f"{student}/{assignment}/{d.notebook} {d.line()}")
+    print(f"feedback written again for {student}/{assignment}")
+    report = refresh_report(args.config, args.report)
+    print(f"class report written again: {report.out}/summary.md" if report else
+          "no class report to write again (grade-class writes one)")
     return 0
 
 

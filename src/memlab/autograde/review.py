@@ -40,7 +40,7 @@ from memlab.grading.answers.result import REVIEW_HEAD
 from memlab.grading.interview.bank import REVIEW_MARKER
 
 __all__ = ["ReviewItem", "answer_values", "review_notebook", "find_reviews", "format_reviews",
-           "course_reviews", "main"]
+           "course_reviews", "review_queue", "main"]
 
 
 # ------------------------------------------------------------ instructor: review list
@@ -444,6 +444,33 @@ def course_reviews(assignment: str | None = None, config_path=None) -> list[Revi
     root = Path(cd.root)
     return find_reviews(root / cd.autograded_directory, root / cd.source_directory,
                         assignment=assignment)
+
+
+def review_queue(assignment: str | None = None, config_path=None, report=None) -> list[ReviewItem]:
+    """The open review queue: the class report's review.csv (``report``, default
+    autograder/work/class_report) where grade-class wrote one, the very rows its summary
+    counts; else the scan of the autograded folder (:func:`course_reviews`, after plain
+    ``instructor autograde``) less the cells the instructor decided."""
+    import csv
+
+    from memlab.autograde import course, decisions
+
+    api = course.make_api(config_path)
+    root = Path(api.coursedir.root)
+    folder = Path(report) if report else root / "autograder" / "work" / "class_report"
+    table = folder / "review.csv"
+    decisions.adopt(api)  # a score set in formgrader since the report was written
+    decided = {(d.student, d.assignment, d.grade_id)
+               for d in decisions.load(api.coursedir).values()}
+    if table.is_file() and (folder / "ledger.jsonl").is_file():
+        with open(table, newline="") as fh:
+            return [ReviewItem(r["student"], r["assignment"], "", r.get("cell") or "-", "queue",
+                               r["why"])
+                    for r in csv.DictReader(fh) if assignment in (None, r["assignment"])
+                    and (r["student"], r["assignment"], r.get("cell")) not in decided]
+    return [i for i in course_reviews(assignment, config_path)
+            if not {(i.student, i.assignment, i.question),
+                    (i.student, i.assignment, f"test_{i.question}")} & decided]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -94,6 +94,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memlab.autograde import decisions
 # The parts, and the names this facade re-exports (public names, hooks named by dotted path in
 # GradeSettings, and the private helpers tests import from here).
 from memlab.autograde.batch.intake import (  # noqa: F401
@@ -110,7 +111,8 @@ from memlab.autograde.batch.runner import (  # noqa: F401
     limited_kernelspec, sandbox_mode, sandbox_state)
 from memlab.autograde.batch.processes import WarmKernelManager, warm_up  # noqa: F401
 
-__all__ = ["grade_class", "grade_job", "make_job", "course_bundle", "validate_result",
+__all__ = ["grade_class", "refresh_report", "default_report_dir", "grade_job",
+           "make_job", "course_bundle", "validate_result",
            "GradeSettings", "ClassReport", "find_layout", "structure_check", "audit_check", "limited_kernelspec",
            "WarmKernelManager", "REVIEW_MARKER", "kernel_threads"]
 
@@ -152,6 +154,54 @@ class GradeSettings:
 
 
 AUDIT_CHECK = "memlab.autograde.batch.intake:audit_check"
+
+
+def _feedback_with_decisions(api, result: dict) -> None:
+    """The job wrote the feedback from its own gradebook, which holds no decision: where the
+    instructor's decisions stand, write it again from the course gradebook (no code runs)."""
+    if result.get("status") != "ok" or not decisions.decided_cells(
+            api.coursedir, result["student"], result["assignment"]):
+        return
+    from memlab.autograde import course
+
+    try:
+        course.feedback(result["assignment"], [result["student"]], api=api)
+    except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
+        result["reasons"].append(f"feedback with the instructor's decision not written "
+                                 f"({type(exc).__name__})")
+
+
+def default_report_dir(cd) -> Path:
+    """autograder/work/class_report of the course: where grade-class writes without --out."""
+    return Path(cd.root) / "autograder" / "work" / "class_report"
+
+
+def refresh_report(config_path: str | Path | None = None, out: str | Path | None = None
+                   ) -> ClassReport | None:
+    """Write a class report again from its ledger and the gradebook, grading nothing (after
+    an instructor's decision: ``reviews --set``). None when ``out`` holds no class report.
+    The timing, workers and isolation of the batch that graded it are kept."""
+    from memlab.autograde import course
+
+    api = course.make_api(config_path)
+    out = Path(out).expanduser().resolve() if out else default_report_dir(api.coursedir)
+    ledger = _load_ledger(out / "ledger.jsonl")
+    if not ledger:
+        return None
+    try:
+        before = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        before = {}
+    report = ClassReport(out=out, results=[e["result"] for _, e in sorted(ledger.items())],
+                         seconds=float(before.get("seconds", 0.0)),
+                         workers=int(before.get("workers", 0)),
+                         graded=int(before.get("graded_now", 0)),
+                         skipped=int(before.get("from_ledger", 0)),
+                         isolation=str(before.get("isolation", "")),
+                         integrity=gradebook_integrity(
+                             api.coursedir.db_url.replace("sqlite:///", "", 1)))
+    _write_report(api, report, list(before.get("ignored_folders", [])))
+    return report
 
 
 def merge_or_zero(gb, cd, job: dict, result: dict, timestamp) -> dict:
@@ -345,12 +395,12 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                    else course.default_config_path().resolve())
     api = course.make_api(config_file)
     cd = api.coursedir
-    main_root = Path(cd.root)
     with Gradebook(cd.db_url, cd.course_id) as gb:
         known = sorted(a.name for a in gb.assignments)
     if not known:
         raise course.NbgraderError("the gradebook has no assignments: run `make release` first")
-    out = Path(out).expanduser().resolve() if out else main_root / "autograder" / "work" / "class_report"
+    decisions.adopt(api)  # formgrader's manual scores, on the answers they were given on
+    out = Path(out).expanduser().resolve() if out else default_report_dir(cd)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="memlab-grade-"))
     try:
@@ -452,6 +502,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                             if ts_problem:
                                 res["reasons"].append(ts_problem)
                             res = merge_or_zero(gb, cd, job, res, ts)
+                            _feedback_with_decisions(api, res)
                             res.pop("files", None)
                             res.pop("log", None)
                             results[(job["student"], job["assignment"])] = res

@@ -5,7 +5,8 @@ untrusted data: :func:`validate_result` checks identity, graded cells, points, s
 file names against the job's course bundle; :func:`_merge` writes a fit result into the course
 gradebook and copies its autograded notebooks and feedback into the course (the grading process
 is the gradebook's only writer); :func:`_merge_retrying` retries while the gradebook is locked;
-:func:`gradebook_integrity` is SQLite's integrity check after the batch.
+:func:`gradebook_integrity` is SQLite's integrity check after the batch. A regrade keeps the
+instructor's decisions on unchanged answers (:func:`memlab.autograde.decisions.reapply`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memlab.autograde import decisions
 from memlab.autograde.batch.intake import _safe_rel, _write_tree
 
 
@@ -121,7 +123,12 @@ def _merge(gb, cd, job: dict, result: dict, timestamp) -> None:
             else:
                 g.auto_score = float(got[0])
                 g.needs_manual_grade = bool(got[2])
+    # the instructor's decisions stand while the answers they were made on do (decisions.py)
+    again, aside = decisions.reapply(gb, cd, result)
     gb.db.commit()
+    decisions.record(cd, aside)
+    result["reasons"] = list(result.get("reasons", [])) + [r for r in again
+                                                           if r not in result.get("reasons", [])]
     for step in ("autograded", "feedback"):
         dst = Path(cd.format_path(getattr(cd, f"{step}_directory"), student, assignment))
         shutil.rmtree(dst, ignore_errors=True)

@@ -4,7 +4,9 @@ Part of :mod:`memlab.autograde.batch.grade_class` (which re-exports the public n
 :func:`_write_report` writes into the report folder: ``grades.csv`` (nbgrader's export),
 ``submissions.csv`` (score, status and the one-line reason of each submission,
 :func:`_reason_text`), ``review.csv`` (what needs a human: edited cells, patched grading code,
-flagged answers, each assignment's report hooks: :func:`_assignment_hooks`), ``questions.csv`` (pass rate
+flagged answers, each assignment's report hooks: :func:`_assignment_hooks`; each row names the
+grade cell it is about, :func:`_cell_of`; a cell the instructor decided,
+:mod:`memlab.autograde.decisions`, is closed), ``questions.csv`` (pass rate
 per graded cell), ``score_distribution.png``, ``summary.json`` and ``summary.md``.
 
 Reads results and the gradebook; runs nothing (tests/test_layers.py).
@@ -15,6 +17,8 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from memlab.autograde import decisions
 
 
 @dataclass
@@ -33,12 +37,27 @@ class ClassReport:
         return {(r["student"], r["assignment"]): r for r in self.results}
 
 
-def _reason_text(result: dict) -> tuple[str, list[str]]:
-    """(one-line reason, review reasons) of a merged result."""
+def _cell_of(why: str, grade_ids: set[str]) -> str | None:
+    """The grade cell a review reason is about (its first word: ``test_x: ...``,
+    ``nb/test_x needs ...``, 07's ``q9 ...``), else None: the whole submission."""
+    text = why.removeprefix("flagged by the rubric: ").strip()
+    word = text.split(None, 1)[0].rstrip(":,;") if text else ""
+    word = word.rsplit("/", 1)[-1]
+    for gid in (word, f"test_{word}"):
+        if gid in grade_ids:
+            return gid
+    return None
+
+
+def _reason_text(result: dict, decided: dict | None = None) -> tuple[str, list[str]]:
+    """(one-line reason, review reasons) of a merged result; ``decided``: grade id -> the
+    instructor's standing decision (memlab.autograde.decisions), never reported as lost."""
+    decided = decided or {}
     parts = list(result["reasons"])
     review = [r for r in result["reasons"] if "edited" in r or "scores 0" in r or "renamed" in r
               or "duplicated" in r or "deleted" in r or "unknown grade cell" in r or "limit" in r
-              or "gradebook" in r or r.startswith("audit:") or "independent re-run" in r]
+              or "gradebook" in r or r.startswith("audit:") or "independent re-run" in r
+              or "needs review" in r]
     for nb, scan in sorted(result.get("scans", {}).items()):
         parts += scan["events"]
         for gid, t in sorted(scan["tests"].items()):
@@ -56,6 +75,8 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
     lost = []
     for nb, cells in sorted(result.get("grades", {}).items()):
         for gid, (auto, mx, manual) in sorted(cells.items()):
+            if gid in decided:
+                continue
             if manual:
                 review.append(f"{nb}/{gid} needs a manual grade")
             elif result.get("status") == "ok" and (auto or 0) < mx and not any(
@@ -70,9 +91,10 @@ def _reason_text(result: dict) -> tuple[str, list[str]]:
 
 
 def _flag_for_review(api, results: list[dict]) -> None:
-    """Set nbgrader's ``flagged`` on every notebook of a submission with review items, so the
-    formgrader's "Flagged?" column shows what review.csv lists (a flag a person set is never
-    cleared here)."""
+    """Set nbgrader's ``flagged`` on every notebook of a submission with review items, and
+    "needs manual grade" on each grade cell an item is about, so formgrader's "Flagged?" and
+    "Needs manual grade?" show what review.csv lists (a flag a person set is never cleared
+    here; a cell the instructor decided is not open)."""
     with api.gradebook as gb:
         for r in results:
             if not r.get("review"):
@@ -81,8 +103,12 @@ def _flag_for_review(api, results: list[dict]) -> None:
                 sub = gb.find_submission(r["assignment"], r["student"])
             except Exception:  # noqa: BLE001 - not merged (refused): nothing to flag
                 continue
+            cells = set(r.get("review_cells", ()))
             for snb in sub.notebooks:
                 snb.flagged = True
+                for g in snb.grades:
+                    if g.name in cells and g.manual_score is None:
+                        g.needs_manual_grade = True
         gb.db.commit()
 
 
@@ -104,24 +130,38 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                         per_question.setdefault((r["assignment"], snb.name, g.name), []).append(
                             1.0 if (g.score or 0) >= g.max_score else 0.0)
     audits = _assignment_hooks(api, report.results)
+    decisions.adopt(api)  # a score set in formgrader is a decision like reviews --set
     for r in report.results:
-        reason, review = _reason_text(r)
+        decided = {gid: d for (nb, gid), d in
+                   decisions.decided_cells(api.coursedir, r["student"], r["assignment"]).items()}
+        grade_ids = {gid for cells in r.get("grades", {}).values() for gid in cells}
+        reason, review = _reason_text(r, decided)
         if r.get("late_seconds", 0) > 0:  # from timestamp.txt and the assignment's due date
             reason += f"; submitted late by {_duration(r['late_seconds'])}"
         review += [x for x in audits.get((r["student"], r["assignment"]), []) if x not in review]
+        # an item about a decided cell is closed; one about the whole submission closes when
+        # the instructor decided every cell (reviews --accept)
+        everything = bool(grade_ids) and grade_ids <= set(decided)
+        cells = {why: _cell_of(why, grade_ids) for why in review}
+        review = [why for why in review if not everything and cells[why] not in decided]
+        if decided:
+            reason += "; decided by the instructor: " + ", ".join(
+                d.line() for _, d in sorted(decided.items()))
         if review:  # the score is provisional: the reason never reads as a decided grade
             reason += f"; PROVISIONAL: {len(review)} item(s) in review.csv"
         r["reason"], r["review"] = reason, review
+        r["review_cells"] = sorted({cells[w] for w in review if cells[w]})
         rows.append({"student": r["student"], "assignment": r["assignment"],
                      "score": f"{r['score']:g}", "max_score": f"{r['max_score']:g}",
                      "status": r["status"], "reason": reason,
                      "isolation": report.isolation.split(" (")[0]})
         for why in review:
-            review_rows.append({"student": r["student"], "assignment": r["assignment"], "why": why})
+            review_rows.append({"student": r["student"], "assignment": r["assignment"],
+                                "cell": cells[why] or "", "why": why})
     _flag_for_review(api, report.results)
     _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
                                          "isolation"], rows)
-    _write_csv(out / "review.csv", ["student", "assignment", "why"], review_rows)
+    _write_csv(out / "review.csv", ["student", "assignment", "cell", "why"], review_rows)
     q_rows = [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
                "pass_rate": f"{sum(v) / len(v):.2f}"} for (a, nb, gid), v in sorted(per_question.items())]
     _write_csv(out / "questions.csv", ["assignment", "notebook", "grade_id", "submissions", "pass_rate"], q_rows)

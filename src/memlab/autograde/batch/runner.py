@@ -62,10 +62,11 @@ def _scan(nb_path: Path) -> dict:
         for line in (stdout + "\n" + stderr).splitlines():
             s = line.strip()
             if s.startswith(REVIEW_MARKER):
-                reviews.append(_first_line(s[len(REVIEW_MARKER):]))
+                reviews.append(_first_line(s[len(REVIEW_MARKER):], 400))
             elif s.startswith(RUBRIC_REVIEW_HEAD) and m.get("grade") and not m.get("solution"):
-                # a rubric's report head (01-06's written answers): name the test cell
-                reviews.append(_first_line(f"{gid}: {s[len(RUBRIC_REVIEW_HEAD):].strip()}"))
+                # a rubric's report head (01-06's written answers): name the test cell; long
+                # enough to quote the sentence the rubric could not check
+                reviews.append(_first_line(f"{gid}: {s[len(RUBRIC_REVIEW_HEAD):].strip()}", 400))
             if s.startswith(GUARD_MARKER):
                 guards.append(_first_line(s[len(GUARD_MARKER):], 200))
         for e in errors:
