@@ -29,8 +29,8 @@ WRONG = ("confidently-wrong-keywords", "negated", "keyword-salad", "off-topic")
 STRONG = ("strong-unusual-wording", "strong-terse", "typos")
 # where the round stands after tuning (development data): a floor, not the target (97% decided
 # in band, at most 25% provisional: not met, see the note)
-DECIDED_IN_BAND_FLOOR = 0.90
-PROVISIONAL_CEILING = 0.55
+DECIDED_IN_BAND_FLOOR = 0.92
+PROVISIONAL_CEILING = 0.50
 pytestmark = pytest.mark.xdist_group("answer_corpus")
 
 

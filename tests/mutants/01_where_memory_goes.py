@@ -127,4 +127,107 @@ MUTANTS = [
                                               max_seq=config["max_seq"]).parameters())""",
         lose=("test_predict_training_bytes_hidden",), says="without building the model", klass=0,
         why="builds the model to count its parameters: the exercise is arithmetic (and would not fit at 7B)"),
+    # blind round 4 (#33): written by a helper from the release notebooks and the answer cells,
+    # never the hidden tests; graded once before any fix (31/40 caught), then the classes fixed
+    Mutant(
+        id='b4_grad_bytes_fp32_only',
+        cell='count_grad_bytes',
+        find='p.grad.numel() * p.grad.element_size()',
+        replace='p.grad.numel() * 4',
+        lose=('test_count_grad_bytes_hidden',),
+        says='at their own element_size()',
+        klass=2,
+        why=('blind round 4: learner hard-codes 4 bytes per gradient element '
+             '(everything in the visible tests is float32)'),
+    ),
+    Mutant(
+        id='b4_optstate_skip_params_without_grad',
+        cell='count_optimizer_state_bytes',
+        find=('    for state in optimizer.state.values():  # {name: value} for each '
+              'parameter with state\n'),
+        replace=('    for p, state in optimizer.state.items():  # {name: value} for '
+                 'each parameter with state\n'
+                 '        if p.grad is None:  # as optimizer.step() does: skip '
+                 'parameters without a gradient\n'
+                 '            continue\n'),
+        lose=('test_count_optimizer_state_bytes_hidden',),
+        says='as it is now',
+        klass=2,
+        why=('blind round 4: learner copies the `if p.grad is None: continue` idiom '
+             'of optimizer.step() into the counter'),
+    ),
+    Mutant(
+        id='b4_predict_pos_emb_seq_len',
+        cell='predict_training_bytes',
+        find='config["max_seq"] * h',
+        replace='s * h',
+        lose=('test_predict_training_bytes_hidden',),
+        says='max_seq rows',
+        klass=2,
+        why=('blind round 4: learner sizes the position embedding by the sequence '
+             'actually fed instead of max_seq rows'),
+    ),
+    Mutant(
+        id='b4_predict_momentum_two_states',
+        cell='predict_training_bytes',
+        find='"sgd_momentum": 1,',
+        replace='"sgd_momentum": 2,',
+        lose=('test_predict_training_bytes_hidden',),
+        says='momentum one tensor per parameter',
+        klass=0,
+        why=('blind round 4: learner assumes SGD with momentum keeps two buffers per '
+             'parameter like Adam'),
+    ),
+    Mutant(
+        id='b4_conv_fix_checkpointing',
+        cell='answer_conventions',
+        find=('An 8-bit optimizer (2 bytes of moments instead of 8: 10 bytes per '
+              'parameter, 70 GB) or ZeRO\n'
+              'stage 3 over 8 GPUs (14 GB per GPU) brings it under 80 GB.'),
+        replace=('Gradient checkpointing with a batch size of 1 brings it under 80 '
+                 'GB, since it keeps\n'
+                 'almost nothing of the step in memory.'),
+        lose=('test_answer_conventions',),
+        says='a fix: 8-bit optimizer',
+        klass=0,
+        why=('blind round 4: learner reaches for the activation levers '
+             '(checkpointing, small batch) to cut model states'),
+    ),
+    Mutant(
+        id='b4_param_trainable_only',
+        cell='count_param_bytes',
+        find='for p in model.parameters()))',
+        replace='for p in model.parameters() if p.requires_grad))',
+        lose=('test_count_param_bytes_hidden',),
+        says='frozen parameter is still a parameter',
+        klass=2,
+        why=("blind round 4: learner thinks frozen weights are not 'parameters' worth "
+             'counting (copies the usual trainable-parameter filter)'),
+    ),
+    Mutant(
+        id='b4_saved_frozen_params_counted',
+        cell='count_saved_activation_bytes',
+        find='param_storages = {p.untyped_storage().data_ptr() for p in model.parameters()}',
+        replace=('param_storages = {p.untyped_storage().data_ptr() for p in '
+                 'model.parameters() if p.requires_grad}'),
+        lose=('test_count_saved_activation_bytes_hidden',),
+        says='trainable or not',
+        klass=2,
+        why=("blind round 4: learner identifies 'parameters' by requires_grad, so a "
+             'frozen weight that an op saves (Linear saves its weight for grad_input) '
+             'counts as an activation'),
+    ),
+    Mutant(
+        id='b4_peak_grads_scale_with_batch',
+        cell='answer_peak',
+        find=('Activations scale with the batch\n'
+              'size, while parameters, gradients and optimizer state do not.'),
+        replace=('Activations and gradients scale\n'
+                 'with the batch size, while parameters and optimizer state do not.'),
+        lose=('test_answer_peak',),
+        says='grow with the batch',
+        klass=0,
+        why=('blind round 4: learner believes gradients grow with the batch (one per '
+             'sample) and says so among true statements'),
+    ),
 ]

@@ -165,4 +165,18 @@ MUTANTS = [
            says='not one of the packets in MATMULS', klass=2,
            why=('blind r3, unseen case: matches op names by substring instead of comparing '
                 'op.overloadpacket with MATMULS')),
+    # blind round r3's written miss, caught since the question's parts are required
+    Mutant(
+        id='b3_written_no_when_worth_it',
+        cell='checkpointing_cost_answer',
+        find=('So it trades compute for memory: worth it only when memory is the '
+              'binding constraint, not\n'
+              'when the model already fits.\n'),
+        replace='So it trades compute for memory.\n',
+        lose=('test_checkpointing_cost_answer',),
+        says='a part the question asks for',
+        klass=0,
+        why=('blind round r3: explains the mechanism and the cost but leaves out when '
+             'the trade is worth making (the question asks for it)'),
+    ),
 ]

@@ -174,4 +174,18 @@ MUTANTS = [
            says='clip_grad_norm_', klass=2,
            why=('blind r3, unseen case: believes clipping belongs to the fp16/scaler recipe '
                 'and skips it for bf16 and fp32')),
+    # blind round r3's written miss, caught since the question's parts are required
+    Mutant(
+        id='b3_written_no_scaler_overflow',
+        cell='loss_scaling_answer',
+        find=('clipping and the optimizer step. GradScaler skips a step whose '
+              'gradients hold inf or NaN and\n'
+              'halves the scale. bf16'),
+        replace='clipping and the optimizer step. bf16',
+        lose=('test_loss_scaling_answer',),
+        says='a part the question asks for',
+        klass=0,
+        why=('blind round r3: leaves out what the scaler does when the scaled '
+             'gradients overflow (skip the step, halve the scale)'),
+    ),
 ]

@@ -200,4 +200,111 @@ MUTANTS = [
             "(or a CUDA model checked the other way) trains in fp32; the CPU grader sees it only "
             "on a meta-device model (blind round r2)",
     ),
+    # blind round 4 (#33): written by a helper from the release notebooks and the answer cells,
+    # never the hidden tests; graded once before any fix (31/40 caught), then the classes fixed
+    Mutant(
+        id='b4_accum_sum_then_one_backward',
+        cell='accumulate_gradients',
+        find=('        loss = loss_fn(model(x), y) * weight\n'
+              '        loss.backward()                             # frees this '
+              "micro-batch's activations\n"
+              '        total += loss.item()\n'
+              '    return total\n'),
+        replace=('        loss = loss_fn(model(x), y) * weight\n'
+                 '        total = total + loss                        # the full '
+                 "batch's mean loss\n"
+                 '    total.backward()                                # one backward '
+                 'for the whole batch\n'
+                 '    return total.item()\n'),
+        lose=('test_accumulate_gradients', 'test_accumulate_gradients_hidden'),
+        says='before the next forward',
+        klass=1,
+        why=('blind round 4: learner sums the weighted micro-batch losses and calls '
+             'backward once (the pitfall of section 4): same gradient, same float'),
+    ),
+    Mutant(
+        id='b4_accum_zero_grad_first',
+        cell='accumulate_gradients',
+        find='    n_items = inputs.shape[0]\n',
+        replace=('    model.zero_grad(set_to_none=True)               # start from '
+                 'clean gradients\n'
+                 '    n_items = inputs.shape[0]\n'),
+        lose=('test_accumulate_gradients_hidden',),
+        says='never zero or replace p.grad',
+        klass=1,
+        why=('blind round 4: learner zeroes the gradients inside the accumulation '
+             'helper, wiping what the caller already accumulated'),
+    ),
+    Mutant(
+        id='b4_lm_count_hardcoded_minus100',
+        cell='accumulate_lm_gradients',
+        find='n_tokens = int((targets != ignore_index).sum())',
+        replace='n_tokens = int((targets != -100).sum())',
+        lose=('test_accumulate_lm_gradients_hidden',),
+        says='not a hard-coded -100',
+        klass=2,
+        why=('blind round 4: learner counts real tokens with the usual -100 literal '
+             'instead of the ignore_index argument'),
+    ),
+    Mutant(
+        id='b4_lm_mean_times_token_share',
+        cell='accumulate_lm_gradients',
+        find=('        loss = acc.lm_loss(model(x), y, ignore_index, reduction="sum") '
+              '/ n_tokens\n'),
+        replace=('        loss = acc.lm_loss(model(x), y, ignore_index) * (int((y != '
+                 'ignore_index).sum()) / n_tokens)\n'),
+        lose=('test_accumulate_lm_gradients_hidden',),
+        says='returned nan',
+        klass=2,
+        why=("blind round 4: learner weights each micro-batch's mean token loss by "
+             'its share of the real tokens (algebraically the same as sum / T_total)'),
+    ),
+    Mutant(
+        id='b4_train_weight_one_over_group_len',
+        cell='train_with_accumulation',
+        find='loss = loss_fn(model(x), y) * (x.shape[0] / n_items)',
+        replace='loss = loss_fn(model(x), y) / len(group)',
+        lose=('test_train_with_accumulation_hidden',),
+        says="share of the GROUP's items",
+        klass=2,
+        why=('blind round 4: learner divides by the number of micro-batches in the '
+             "group (the 'divide by k' shortcut, but handling the short last group)"),
+    ),
+    Mutant(
+        id='b4_train_autocast_device_from_cuda_avail',
+        cell='train_with_accumulation',
+        find='device_type = next(model.parameters()).device.type',
+        replace='device_type = "cuda" if torch.cuda.is_available() else "cpu"',
+        lose=('test_train_with_accumulation_hidden',),
+        says='take the device type from the model',
+        klass=3,
+        why=('blind round 4: learner picks the autocast device from the machine '
+             'instead of from the model'),
+    ),
+    Mutant(
+        id='b4_written_layernorm_breaks',
+        cell='written_answer',
+        find=('BatchNorm breaks it too: it normalizes with the statistics of each '
+              'micro-batch instead of\n'
+              'those of the whole batch.'),
+        replace=('LayerNorm breaks it too: it normalizes with the statistics of each '
+                 'micro-batch instead of\n'
+                 'those of the whole batch.'),
+        lose=('test_written_answer',),
+        says='BatchNorm statistics depend',
+        klass=0,
+        why='blind round 4: learner mixes up BatchNorm and LayerNorm',
+    ),
+    Mutant(
+        id='b4_accum_retain_graph',
+        cell='accumulate_gradients',
+        find=('        loss.backward()                             # frees this '
+              "micro-batch's activations\n"),
+        replace=('        loss.backward(retain_graph=True)            # keep the '
+                 'graph, in case it is needed\n'),
+        lose=('test_peak_memory_hidden',),
+        says='ONE micro-batch',
+        klass=1,
+        why="blind round 4: learner adds retain_graph=True 'to be safe'; gradients unchanged",
+    ),
 ]

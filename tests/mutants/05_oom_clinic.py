@@ -184,4 +184,22 @@ MUTANTS = [
            says='the weights stay fp32', klass=5,
            why=('blind r3, written: states the wrong cause: autocast keeps fp32 parameters, '
                 'gradients and Adam state; its saving is in the activations')),
+    # blind round r3's written miss, caught since the question's parts are required
+    Mutant(
+        id='b3_written_no_batch_reason',
+        cell='oom_answer',
+        find=('effective batch size. A smaller optimizer state (8-bit Adam) helps '
+              'too. Reducing the batch is\n'
+              'the last resort: it changes the training dynamics, needs a retuned '
+              'learning rate and leaves\n'
+              'the GPU underutilized.\n'),
+        replace=('effective batch size. A smaller optimizer state (8-bit Adam) helps '
+                 'too. Reducing the batch is\n'
+                 'the last resort.\n'),
+        lose=('test_oom_answer',),
+        says='a part the question asks for',
+        klass=0,
+        why=('blind round r3: says the batch comes last but not why (training '
+             'dynamics, learning rate, utilization)'),
+    ),
 ]

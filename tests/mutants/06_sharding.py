@@ -172,4 +172,103 @@ MUTANTS = [
            replace="    return [torch.zeros(p.shape) + p.grad for p in model.parameters()]",
            lose=(_R_HIDDEN,), says="device", klass=3,
            why="accumulates into torch.zeros(p.shape): CPU fp32, fails beside GPU gradients"),
+    # blind round 4 (#33): written by a helper from the release notebooks and the answer cells,
+    # never the hidden tests; graded once before any fix (31/40 caught), then the classes fixed
+    Mutant(
+        id='b4_fsdp_params_unpadded',
+        cell='predict_rank_bytes',
+        find=('out[rank]["params"] += 4 * chunk * per_row  # stored padded to ceil(d0 '
+              '/ N) rows'),
+        replace='out[rank]["params"] += 4 * rows * per_row  # the rows this rank owns',
+        lose=('test_predict_rank_bytes_hidden',),
+        says='padded to ceil(d0 / N) rows',
+        klass=2,
+        why=('blind round 4: learner counts FSDP parameters by the rows each rank '
+             'owns, forgetting the padded storage'),
+    ),
+    Mutant(
+        id='b4_fsdp_step_only_on_owners',
+        cell='predict_rank_bytes',
+        find='out[rank]["optimizer_state"] += 8 * rows * per_row + 4',
+        replace='out[rank]["optimizer_state"] += 8 * rows * per_row + (4 if rows else 0)',
+        lose=('test_predict_rank_bytes_hidden',),
+        says='even one with no rows',
+        klass=2,
+        why=('blind round 4: learner thinks a rank that owns no rows of a tensor has '
+             'no Adam state for it, not even step'),
+    ),
+    Mutant(
+        id='b4_ddp_forgets_step',
+        cell='predict_rank_bytes',
+        find='rank_bytes["optimizer_state"] = 8 * sum(numels) + 4 * len(numels)',
+        replace='rank_bytes["optimizer_state"] = 8 * sum(numels)',
+        lose=('test_predict_rank_bytes', 'test_predict_rank_bytes_hidden'),
+        says='4-byte step',
+        klass=0,
+        why=("blind round 4: learner counts Adam's two moments but not its 4-byte "
+             'step tensor per parameter'),
+    ),
+    Mutant(
+        id='b4_ref_no_zero_grad',
+        cell='reference_grads',
+        find='    model.zero_grad(set_to_none=True)\n',
+        replace='',
+        lose=('test_reference_grads_hidden',),
+        says='clear p.grad first',
+        klass=1,
+        why=('blind round 4: learner forgets that p.grad may already hold gradients: '
+             'backward adds to them'),
+    ),
+    Mutant(
+        id='b4_ref_divide_by_two',
+        cell='reference_grads',
+        find='/ len(batches)).backward()',
+        replace='/ 2).backward()',
+        lose=('test_reference_grads_hidden',),
+        says='not a fixed 2',
+        klass=2,
+        why="blind round 4: learner hard-codes the notebook's world size of 2",
+    ),
+    Mutant(
+        id='b4_answer_ddp_shards',
+        cell='sharding_answer',
+        find=('Plain data parallelism does not help: every GPU holds a full\n'
+              'replica (DDP kept the same bytes on both ranks).'),
+        replace=('Plain data parallelism already helps: DDP splits the model states\n'
+                 'across the GPUs, so each rank kept about half of the bytes.'),
+        lose=('test_sharding_answer',),
+        says='plain data parallelism lowers memory',
+        klass=0,
+        why='blind round 4: learner believes DDP divides the model across GPUs',
+    ),
+    Mutant(
+        id='b4_zero1_balance_bytes',
+        cell='predict_rank_bytes',
+        find='load[rank] += numels[i]',
+        replace='load[rank] += 8 * numels[i] + 4  # balance the bytes of state',
+        lose=('test_predict_rank_bytes_hidden',),
+        says='fewest elements',
+        klass=2,
+        why=('blind round 4: learner balances ZeRO-1 ranks by bytes of Adam state '
+             '(moments + step) instead of by elements, as the rule says'),
+    ),
+    Mutant(
+        id='b4_answer_no_cost',
+        cell='sharding_answer',
+        find=('The cost is communication: FSDP\n'
+              'all-gathers the weights in forward and backward and reduce-scatters '
+              'gradients, 3 times the\n'
+              'parameter bytes per step, 1.5x DDP. If even a single layer or its '
+              'activations do not fit, split\n'
+              'the matmuls with tensor parallelism or the layers into pipeline '
+              'stages, paying more\n'
+              'communication and pipeline bubbles.'),
+        replace=('If even a single layer or its activations do not fit, split\n'
+                 'the matmuls with tensor parallelism or the layers into pipeline stages.'),
+        lose=('test_sharding_answer',),
+        says='a part the question asks for',
+        klass=0,
+        why=('blind round 4: learner answers what to do but leaves out the price the '
+             'question asks for'),
+    ),
 ]

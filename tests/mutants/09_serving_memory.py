@@ -75,4 +75,103 @@ MUTANTS = [
            find="    return int(free // per_seq)", replace="    return int((free - 1) // per_seq)",
            lose=("test_max_batch_hidden",), says="fills the budget exactly", klass=2,
            why="a batch that fills the budget exactly is refused (< instead of <=)"),
+    # blind round 4 (#33): written by a helper from the release notebooks and the answer cells,
+    # never the hidden tests; graded once before any fix (31/40 caught), then the classes fixed
+    Mutant(
+        id='b4_attn_no_mask_when_cached',
+        cell='attention_with_cache',
+        find='    probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)\n',
+        replace=('    if cache is None:  # at decode the new token may see every '
+                 'cached key: no mask needed\n'
+                 '        scores = scores.masked_fill(future, float("-inf"))\n'
+                 '    probs = torch.softmax(scores, dim=-1)\n'),
+        lose=('test_attention_with_cache_hidden',),
+        says='mask the new queries causally',
+        klass=2,
+        why=('blind round 4: learner masks only at prefill, reasoning that a decode '
+             'step feeds one token'),
+    ),
+    Mutant(
+        id='b4_attn_output_batch_first',
+        cell='attention_with_cache',
+        find='out = (probs @ v).permute(2, 0, 1, 3).reshape(s, b, h)',
+        replace='out = (probs @ v).transpose(1, 2).reshape(s, b, h)',
+        lose=('test_attention_with_cache', 'test_attention_with_cache_hidden'),
+        says='differs from GPT2Block.attention',
+        klass=2,
+        why=('blind round 4: learner merges heads the batch-first (b, s, h) way and '
+             'reshapes to (s, b, h)'),
+    ),
+    Mutant(
+        id='b4_kv_bytes_from_finfo',
+        cell='kv_cache_bytes',
+        find='torch.empty((), dtype=dtype).element_size()',
+        replace='(torch.finfo(dtype).bits // 8)',
+        lose=('test_kv_cache_bytes_hidden',),
+        says='finfo',
+        klass=2,
+        why=('blind round 4: learner gets bytes per element from torch.finfo, which '
+             'only knows floating dtypes'),
+    ),
+    Mutant(
+        id='b4_kv_bytes_no_factor_two',
+        cell='kv_cache_bytes',
+        find='return 2 * layers * kv_heads',
+        replace='return layers * kv_heads',
+        lose=('test_kv_cache_bytes',),
+        says='2 (K and V)',
+        klass=0,
+        why='blind round 4: learner counts the keys but forgets the values',
+    ),
+    Mutant(
+        id='b4_maxb_strict_budget',
+        cell='max_batch',
+        find='    return int(free // per_seq)\n',
+        replace='    return int((free - 1) // per_seq)  # stay strictly below the budget\n',
+        lose=('test_max_batch_hidden',),
+        says='fills the budget exactly fits',
+        klass=2,
+        why=('blind round 4: learner requires the total to stay strictly below the '
+             'budget (<) instead of <='),
+    ),
+    Mutant(
+        id='b4_maxb_activations_once',
+        cell='max_batch',
+        find=('    free = budget_bytes - cfg["params"] * weight_bytes\n'
+              '    per_seq = 2 * cfg["layers"] * cfg["kv_heads"] * cfg["head_dim"] * '
+              'context * kv_bytes + act_bytes_per_seq\n'),
+        replace=('    free = budget_bytes - cfg["params"] * weight_bytes - act_bytes_per_seq\n'
+                 '    per_seq = 2 * cfg["layers"] * cfg["kv_heads"] * cfg["head_dim"] '
+                 '* context * kv_bytes\n'),
+        lose=('test_max_batch',),
+        says='per sequence the cache and act_bytes_per_seq',
+        klass=0,
+        why=('blind round 4: learner treats the decode activations as one fixed cost '
+             'instead of a per-sequence cost'),
+    ),
+    Mutant(
+        id='b4_attn_prefill_cache_views',
+        cell='attention_with_cache',
+        find=('    if cache is None:\n'
+              '        k, v = k.contiguous(), v.contiguous()  # own storages: not '
+              'views of the qkv output\n'
+              '    else:\n'),
+        replace='    if cache is not None:\n',
+        lose=('test_attention_with_cache_hidden',),
+        says='own their storage',
+        klass=1,
+        why=('blind round 4: learner caches the k and v straight from split/permute, '
+             'not knowing they are views of the whole qkv output'),
+    ),
+    Mutant(
+        id='b4_attn_mask_on_default_device',
+        cell='attention_with_cache',
+        find='future = torch.ones(s, t, dtype=torch.bool, device=x.device)',
+        replace='future = torch.ones(s, t, dtype=torch.bool)',
+        lose=('test_attention_with_cache_hidden',),
+        says='on the wrong device',
+        klass=3,
+        why=('blind round 4: learner builds the causal mask without a device (created '
+             'on the CPU)'),
+    ),
 ]

@@ -128,4 +128,95 @@ MUTANTS = [
            replace=_CKPT.replace(", weight,", ", weight.detach(),"),
            lose=_CL, says="gradients differ", klass=0,
            why="detaches the head's weight inside the chunks: it gets no gradient"),
+    # blind round 4 (#33): written by a helper from the release notebooks and the answer cells,
+    # never the hidden tests; graded once before any fix (31/40 caught), then the classes fixed
+    Mutant(
+        id='b4_chunk_no_recompute',
+        cell='chunked_lm_loss',
+        find=('total = total + checkpoint(chunk_loss, h2[start:stop], weight, '
+              't1[start:stop], use_reentrant=False)'),
+        replace='total = total + chunk_loss(h2[start:stop], weight, t1[start:stop])',
+        lose=('test_chunked_lm_loss', 'test_chunked_lm_loss_hidden'),
+        says='recompute each chunk in the backward',
+        klass=1,
+        why=('blind round 4: learner chunks the loss but does not recompute: every '
+             "chunk's log-softmax is saved"),
+    ),
+    Mutant(
+        id='b4_chunk_drops_remainder',
+        cell='chunked_lm_loss',
+        find='for start in range(0, h2.shape[0], chunk_size):',
+        replace='for start in range(0, h2.shape[0] - chunk_size + 1, chunk_size):',
+        lose=('test_chunked_lm_loss_hidden',),
+        says='not a mean of chunk means',
+        klass=2,
+        why=('blind round 4: learner loops over whole chunks only (as with an '
+             'unfold/view into n // chunk_size chunks)'),
+    ),
+    Mutant(
+        id='b4_peak_no_device_filter',
+        cell='peak_report',
+        find=('        if segment.get("device", 0) != device_index:\n'
+              '            continue\n'),
+        replace='',
+        lose=('test_peak_report_hidden',),
+        says="whose 'device' is device_index",
+        klass=2,
+        why=('blind round 4: learner takes every segment of the snapshot, forgetting '
+             'that segments belong to devices'),
+    ),
+    Mutant(
+        id='b4_peak_last_not_first',
+        cell='peak_report',
+        find='        if live > peak:\n',
+        replace='        if live >= peak:\n',
+        lose=('test_peak_report_hidden',),
+        says='first moment',
+        klass=2,
+        why=("blind round 4: learner uses >= when tracking the maximum, moving 'the "
+             "peak' to its last occurrence"),
+    ),
+    Mutant(
+        id='b4_oom_tie_goes_to_other_process',
+        cell='read_oom',
+        find='"fragmentation" if frag >= elsewhere else',
+        replace='"fragmentation" if frag > elsewhere else',
+        lose=('test_read_oom_hidden',),
+        says='seen from outside its container',
+        klass=2,
+        why='blind round 4: learner uses a strict comparison between the two candidate causes',
+    ),
+    Mutant(
+        id='b4_oom_context_gb_not_gib',
+        cell='read_oom',
+        find='- reserved - 2**30)',
+        replace='- reserved - 10**9)',
+        lose=('test_read_oom_hidden',),
+        says='1 GiB',
+        klass=2,
+        why='blind round 4: learner writes the 1 GiB CUDA-context allowance as 1 GB (10**9)',
+    ),
+    Mutant(
+        id='b4_train_materializes_batches',
+        cell='train_steps',
+        find='    for x, y in batches:\n',
+        replace=('    batches = list(batches)  # a list can be iterated safely\n'
+                 '    for x, y in batches:\n'),
+        lose=('test_train_steps_hidden',),
+        says='one at a time',
+        klass=2,
+        why="blind round 4: learner converts the iterable to a list first 'to be safe'",
+    ),
+    Mutant(
+        id='b4_peak_filters_callers_trace',
+        cell='peak_report',
+        find='    events = traces[device_index] if device_index < len(traces) else []\n',
+        replace=('    events = traces[device_index] if device_index < len(traces) else []\n'
+                 '    events[:] = [e for e in events if e["action"] in ("alloc", '
+                 '"free_completed")]  # drop the rest\n'),
+        lose=('test_peak_report_hidden',),
+        says='changed the snapshot it was given',
+        klass=1,
+        why='blind round 4: learner cleans up the trace in place before replaying it',
+    ),
 ]

@@ -632,6 +632,14 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"(?:reset|clear|zero)\w* {G(2)}(?:gradients?|grads) {G(4)}(?:after|before|for|"
             r"at) (?:each|every) (?:micro ?batch|backward|iteration)",
         ), 0.3, "zeroing after every micro-batch throws away the accumulated gradient"),
+        Misconception("says LayerNorm depends on the micro-batch", (
+            rf"(?:layer ?norm\w*|rms ?norm\w*|layer normali[sz]ation) {G(6)}(?:breaks?|differ\w*|"
+            rf"depends? on {G(2)}batch|(?:statistics|stats) of {G(2)}(?:micro ?)?batch|"
+            rf"normali[sz]\w* (?:across|over) {G(2)}(?:samples|batch|items))",
+            rf"(?:breaks?|not exact|differ\w*) {G(4)}(?:with|for|because of) (?:layer ?norm\w*|"
+            r"rms ?norm\w*)",
+        ), 0.35, "LayerNorm normalises each item over its own features, so accumulation stays "
+                 "exact with it; only BatchNorm uses the batch's statistics"),
     ),
     topic=(r"gradients?", r"batch\w*", r"micro", r"loss", r"accumulat\w*", r"sum\w*", r"equal",
            r"norm\w*", r"zero_?grad"),
@@ -1543,6 +1551,15 @@ class Direction:
 
 DIRECTIONS = (
     Direction(
+        "says GradScaler grows the scale, or still steps, on an overflow",
+        (rf"(?:inf|nan|infinit\w*|overflow\w*) {G(6)}(?:doubl\w*|increas\w*|rais\w*|grows?) "
+         rf"{G(2)}(?:it|the scale|scale|s)\b",
+         rf"(?:inf|nan|infinit\w*|overflow\w*) {G(6)}(?:still|anyway) (?:applies|takes|does|runs|"
+         rf"performs) {G(2)}(?:the )?(?:step|update)"),
+        "on inf or NaN GradScaler skips the step and halves the scale; it doubles the scale only "
+        "after a run of steps without one (growth_interval, 2000)",
+        ("fp16_loss_scaling",)),
+    Direction(
         "says the model states (weights, gradients, optimizer state) grow with the batch",
         (rf"{_SUBJECT}{_MSX_LIST} {G(3)}{_GROWS} {G(2)}(?:with|on) {G(3)}{_BATCH}",
          rf"{_SUBJECT}{_MSX_LIST} {G(3)}(?:are|is) proportional to {G(3)}{_BATCH}"),
@@ -1589,8 +1606,112 @@ DIRECTIONS = (
 )
 
 
+# The numbers the course teaches on each question, with their sources (../REFERENCE.md, the
+# notebooks): an answer that states one states a number the grader knows, not an unchecked one.
+FACTS: dict[str, tuple[str, ...]] = {
+    "oom_before_batch": (
+        "16-bit activations take 2 bytes instead of 4: about half; under bf16 autocast one GPT-2 "
+        "block saved 1.46x the formula against fp32's 2.18x, about 0.67x (03, measured)",
+        "checkpointing costs about one extra forward, 30-40% more time (Chen et al. 2016; "
+        "Korthikanti et al. 2022, Table 4: +39%), selective recomputation 2-7%",
+        "8-bit Adam keeps about 2 bytes of state per parameter instead of 8 (Dettmers et al. "
+        "2021); model states 16 or 18 bytes per parameter (ZeRO; Hugging Face)",
+    ),
+    "checkpointing_cost": (
+        "a backward costs about two forwards: a step of 3F becomes 4F, one extra forward, about "
+        "33% more (Chen et al. 2016: ~30%; Korthikanti et al. 2022: 30-40%, one 22B layer 19.6 "
+        "-> 27.2 ms, +39%; selective 2-7%)",
+        "peak about (n/k + k) layers' activations, at least 2 sqrt(n) at k = sqrt(n); a "
+        "1000-layer ResNet 48 GB -> 7 GB (Chen et al. 2016); GPT-2 1.5B ~60 GB -> ~8 GB (ZeRO)",
+    ),
+    "fp16_loss_scaling": (
+        "fp16: 5 exponent and 10 mantissa bits, max 65504, smallest normal 6.10e-5 (2^-14), "
+        "smallest subnormal 5.96e-8 (2^-24), 65520 and above overflow (Micikevicius et al. 2018)",
+        "bf16: fp32's 8 exponent bits, range about 1.18e-38 to 3.4e38, 7 mantissa bits (8 with "
+        "the implicit one); fp32 23 mantissa bits",
+        "torch.amp.GradScaler starts at 65536 (2^16), halves the scale (backoff 0.5) and skips "
+        "the step on inf or nan, doubles it (growth 2) after 2000 steps without one",
+    ),
+    "activations_scaling": (
+        "per layer sbh(34 + 5as/h) bytes (Korthikanti et al. 2022); GPT-2 small, s = 1024, b = 8, "
+        "h = 768, a = 12: sbh = 6 MiB, 5as/h = 80, 684 MiB a layer, about 8 GiB for 12 layers",
+        "model states 16 bytes per parameter: GPT-2 small's 124M parameters about 1.85 GiB "
+        "(2 GB); 1.5B -> 24 GB, 7.5B -> 120 GB (Rajbhandari et al. 2020)",
+    ),
+    "allocated_vs_reserved": (
+        "the caching allocator rounds every block up to 512 bytes; requests up to 1 MiB come "
+        "from 2 MiB segments, 1-10 MiB from 20 MiB ones (CUDACachingAllocator.cpp); the CUDA "
+        "context takes 300-500 MiB up to about 1 GiB (pytorch#40989, #37250)",
+    ),
+    "sharding_when_why": (
+        "16 bytes per parameter with mixed-precision Adam: 7B parameters hold 112 GB of model "
+        "states, more than one 80 GB GPU; 1.5B -> 24 GB (Rajbhandari et al. 2020)",
+        "per GPU on 8 GPUs for 7B: ZeRO-1 38.5 GB, ZeRO-2 26.25 GB, ZeRO-3 14 GB; 7.5B on 64: "
+        "31.4 / 16.6 / 1.9 GB; FSDP moves 3x the parameter bytes a step, 1.5x DDP's 2x",
+    ),
+    "kv_cache_tradeoff": (
+        "2 x layers x kv_heads x head_dim x seq x batch x bytes: Llama-2-7B (32 layers, 32 kv "
+        "heads, head_dim 128) in fp16 holds 512 KiB (0.5 MiB) a token, 1 GiB for 2048 tokens; "
+        "GQA with 8 kv heads of 32 (or 64) cuts it 4x (8x) (Ainslie et al. 2023)",
+    ),
+    "peak_moves": (
+        "Adam: 8 bytes of state per parameter, two moments; foreach temporaries about one "
+        "parameter-sized copy (01, measured on TinyGPT, batch 16 and 1)",
+    ),
+    "bytes_conventions": (
+        "ZeRO 16 bytes (2 + 2 + 12) vs Hugging Face 18 bytes (6 + 4 + 8) per parameter: 7B -> "
+        "112 GB vs 126 GB, 14 GB apart; 8-bit AdamW: 12 bytes, 84 GB; ZeRO-1 on 8 "
+        "GPUs 4 + 12/8 = 5.5 bytes, 38.5 GB; ZeRO-2 3.75 bytes, 26.25 GB; ZeRO-3 2 bytes, 14 GB",
+    ),
+}
+
+
+# True claims an answer makes beside the rubric's ideas, each naming the decisive word it
+# vouches for: checked, so not sent to review, and worth no points (the course's own facts).
+_SCALE = r"(?:the )?(?:scale|scaling factor|loss scale|s)\b"
+TRUE_CLAIMS: dict[str, tuple[str, ...]] = {
+    "fp16_loss_scaling": (
+        rf"(?:skip\w* {G(3)})?halv\w* {G(2)}{_SCALE}",        # GradScaler on inf/nan
+        rf"(?:after|every) {G(4)}(?:steps?|iterations?|runs?) {G(4)}doubl\w*",  # growth_interval
+        rf"doubl\w* {G(3)}(?:after|every) {G(4)}(?:steps?|iterations?)",
+        rf"(?:grows?|increases?) {G(2)}(?:it|{_SCALE}) {G(3)}(?:again|later|after)",
+        r"(?:becomes?|rounds? to|flush\w* to) (?:exactly )?zero",
+        rf"(?:same|fp32 s) {G(2)}(?:8 )?(?:bit )?exponent",
+    ),
+    "checkpointing_cost": (
+        rf"gradients? {G(3)}(?:exactly|identical|the same|unchanged|equal)",
+    ),
+    "accumulation_equivalence": (
+        rf"(?:exactly|equal\w*|identical) {G(4)}(?:full ?batch|same) (?:gradient|\.grad)",
+        rf"(?:not|isn t|is not|aren t) (?:exactly )?(?:equal|exact|identical|the same) {G(2)}when",
+        rf"also (?:breaks?|differs?|fails?) {G(4)}(?:batch ?norm\w*|depends?|independent)",
+        rf"sum {G(6)}= {G(3)}grad {G(2)}(?:exactly)?",
+    ),
+    "allocated_vs_reserved": (
+        rf"cached {G(3)}(?:reused|gets reused|re used|recycled|kept for reuse)",
+        rf"cached (?:blocks?|memory|part|segments?) {G(4)}(?:reus\w*|flat|plateau\w*)",
+    ),
+    "sharding_when_why": (
+        rf"zero ?(?:1|2|3)\w* {G(3)}also {G(3)}(?:grad\w*|param\w*|weights?|optimi[sz]\w*)",
+        rf"also {G(2)}(?:the )?(?:grad\w*|param\w*|weights?) {G(3)}(?:1 / n|1/n|each|per)",
+        rf"(?:only|just) shrinks? {G(2)}(?:the )?activations?",
+        rf"(?:none|nothing|neither) {G(3)}shrinks? {G(4)}(?:model states|16 bytes|weights|"
+        r"parameters)",
+        rf"(?:gathers?|all ?gathers?) {G(3)}(?:weights|parameters) twice",
+    ),
+    "activations_scaling": (
+        rf"doubl\w* both {G(4)}4 ?x",
+    ),
+    "kv_cache_tradeoff": (
+        rf"(?:attends?|attention) {G(4)}cached (?:keys|ones|k|values)",
+    ),
+}
+
+
 def _with_directions(rb: Rubric) -> Rubric:
     extra = tuple(d.misconception() for d in DIRECTIONS if rb.id in d.rubrics)
+    rb = dataclasses.replace(rb, facts=rb.facts + FACTS.get(rb.id, ()),
+                             true_claims=rb.true_claims + TRUE_CLAIMS.get(rb.id, ()))
     return dataclasses.replace(rb, misconceptions=rb.misconceptions + extra) if extra else rb
 
 

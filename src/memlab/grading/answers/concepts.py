@@ -322,13 +322,24 @@ class Rubric:
     full_credit_at: float = 0.8
     review_band: tuple[float, float] = (0.3, 0.7)
     course_text: tuple[str, ...] = ()
+    facts: tuple[str, ...] = ()   # the numbers the course teaches on this question (cited):
+    #                               an answer may state them; not text an answer pastes
+    true_claims: tuple[str, ...] = ()  # patterns of true claims beside the concepts (what
+    #                               GradScaler does, "ZeRO-2 also ..."): no credit, but checked
+    required: tuple[str, ...] = ()  # concepts this use of the rubric asks for by name (06 asks
+    #                               the price of sharding): missing one caps the score below 1
 
     def __post_init__(self) -> None:
         if not self.concepts:
             raise ValueError(f"rubric {self.id!r} has no concepts")
         if not 0 < self.full_credit_at <= 1:
             raise ValueError("full_credit_at must be in (0, 1]")
+        unknown = set(self.required) - {c.name for c in self.concepts}
+        if unknown:
+            raise ValueError(f"rubric {self.id!r} has no concept {sorted(unknown)}")
         object.__setattr__(self, "_topic", tuple(_compile(p, f"{self.id} topic") for p in self.topic))
+        object.__setattr__(self, "_true", tuple(_compile(p, f"{self.id} true claim")
+                                                for p in self.true_claims))
 
     @property
     def total_weight(self) -> float:
@@ -405,10 +416,14 @@ _LIST_ITEM = re.compile(r"(?:^|\n)\s*(?:[-*•·]|\d+[.)])\s|(?:^|\s)\d+[.)]\s")
 
 
 def _written_as_list(raw: str) -> bool:
-    """Five or more items, one a line (bulleted, numbered or not) or numbered in a row
-    ("1. prefill 2. decode ...")."""
-    lines = [ln for ln in raw.splitlines() if ln.strip()]
-    return len(lines) >= 5 or len(_LIST_ITEM.findall(raw)) >= 5
+    """Five or more items: bulleted or numbered (one a line, or in a row: "1. prefill 2.
+    decode ..."), or unmarked lines that are short (half of them 6 words or fewer). Long
+    unmarked lines are prose wrapped at a width, as a notebook's triple-quoted answer is: a
+    sentence runs on across them."""
+    if len(_LIST_ITEM.findall(raw)) >= 5:
+        return True
+    words = sorted(len(ln.split()) for ln in raw.splitlines() if ln.strip())
+    return len(words) >= 5 and words[len(words) // 2] <= 6
 
 
 def _stuffing(tokens: list[str], listed: bool = False
@@ -612,6 +627,7 @@ class _Mention:
     evidence: str     # the words that matched
     sentence: str     # the learner's sentence, as written
     span: tuple[int, int, int] = (0, 0, 0)   # (sentence index, start, end) in the graded text
+    pattern: str = ""                         # the pattern that matched (its source)
 
     def overlaps(self, other: tuple[int, int, int]) -> bool:
         """This mention and ``other`` are mostly the same words (each at least half shared)."""
@@ -635,7 +651,7 @@ def _mentions(compiled: Iterable[re.Pattern[str]], graded: list[str], raw: list[
                     pol = "name"
                 else:
                     pol = "assert"
-                out.append(_Mention(pol, m.group(0), sentence, (k, m.start(), m.end())))
+                out.append(_Mention(pol, m.group(0), sentence, (k, m.start(), m.end()), rx.pattern))
     return out
 
 
@@ -696,10 +712,12 @@ def _numbers(text: str) -> set[str]:
 
 
 # what makes an unmatched claim decisive, the kind a false one usually is: a quantity that
-# changes by a factor, an exactness, an absolute
+# changes by a factor or a shape (quadratic), an exactness, an absolute, a sufficiency, and
+# "already" (blind round 4's false sentences; "also" and "shrinks" flagged too many true ones)
 _DECISIVE = re.compile(
     r"\b(?:halv\w*|halves|doubl\w*|tripl\w*|twice|quadrupl\w*|exact\w*|equal\w*|identical|"
-    r"approximat\w*|never|always|entirely|includ\w*|excludes?)\b")
+    r"approximat\w*|never|always|entirely|includ\w*|excludes?|already|quadratic\w*|"
+    r"enough)\b")
 
 
 def _as_float(number: str) -> float | None:
@@ -743,6 +761,19 @@ def _known_numbers(texts: tuple[str, ...]) -> _Known:
             r"(\d+(?:\.\d+)?) ?(?:-|–|to) ?(\d+(?:\.\d+)?)(?![\d.])", text)}
     values = tuple(v for v in map(_as_float, written) if v)
     return _Known(frozenset(written), values, tuple(sorted(ranges)))
+
+
+def _explained(near: list[_Mention], start: int, end: int, word: str) -> bool:
+    """Whether the matches ``near`` (those in the word's clause) vouch for the decisive word at
+    ``start``-``end``: a match whose pattern names it (its first four letters are in the
+    pattern's source) covers it, or it stands outside every match of a clause a pattern
+    matched. A word inside a match whose pattern does not name it came through the pattern's
+    gap: the learner's claim, not the pattern's ("accumulation ... gradient" never said
+    "already")."""
+    inside = [m for m in near if m.span[1] <= start and end <= m.span[2]]
+    if inside:
+        return any(word[:4] in m.pattern for m in inside)
+    return bool(near)
 
 
 def _quote(sentence: str, limit: int = 160) -> str:
@@ -854,10 +885,10 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     concept_lines: list[str] = []
     absent: list[tuple[str, str]] = []
     claimed: list[tuple[int, int, int]] = []   # the words that already earned a concept
-    accounted: list[tuple[int, int, int]] = []  # (sentence, start, end) a pattern matched
+    accounted: list[_Mention] = []   # every match of a concept's or misconception's pattern
     for c in rb.concepts:
         mentions = _mentions(c._compiled, graded, raw_kept, c.negatable, False)  # type: ignore[attr-defined]
-        accounted += [m.span for m in mentions]
+        accounted += mentions
         # one phrase earns one idea: "an extra forward pass" is the recomputation, not also
         # its cost and its size
         fresh = [m for m in mentions if m.polarity == "assert"
@@ -891,14 +922,23 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     concept_score = min(1.0, got / full)
     wrong, fatal = [], False
     mis_lines: list[str] = []
+    penalized: list[tuple[int, int, int]] = []  # one false phrase loses points once
     for mc in rb.misconceptions:
         mentions = _mentions(mc._compiled, claimed_text, raw_kept,  # type: ignore[attr-defined]
                              True, True)
-        accounted += [m.span for m in mentions]
+        accounted += mentions
         v = _verdict(mentions)
         if v is None:
             continue
+        if v.polarity == "assert" and any(v.overlaps(span) for span in penalized):
+            wrong.append(mc.name)
+            fatal = fatal or mc.fatal
+            mis_lines.append(f"misconception: {mc.name} (\"{v.evidence}\", the same phrase: not "
+                             f"counted twice) in {_quote(v.sentence)}"
+                             + (f": {mc.correction}" if mc.correction else ""))
+            continue
         if v.polarity == "assert":
+            penalized.append(v.span)
             wrong.append(mc.name)
             penalty += mc.penalty
             fatal = fatal or mc.fatal
@@ -923,9 +963,17 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         score = max(score, FIRST_IDEA)
     if fatal:
         score = min(score, FATAL_CAP)
+    # a part the question asks for by name, left out: full credit at full_credit_at does not
+    # cover it (the answer loses that part's share of the weight)
+    left_out = [c for c in rb.concepts if c.name in rb.required and c.name not in found]
+    if left_out:
+        score = min(score, 1.0 - sum(c.weight for c in left_out) / rb.total_weight)
     lines += concept_lines
     for name, hint in absent:
-        if score >= 1.0:
+        if name in rb.required:
+            lines.append(f"missing a part the question asks for: {name}"
+                         + (f" - {hint}" if hint else ""))
+        elif score >= 1.0:
             lines.append(f"could also say: {name}")
         else:
             lines.append(f"missing: {name}" + (f" - {hint}" if hint else ""))
@@ -934,15 +982,21 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     # every clause accounted for: one that makes a technical claim no concept or misconception
     # matched, or states a number the rubric does not know, is one the grader cannot vouch
     # for, so a score that rests on the others is provisional (a person reads it); the learner
-    # sees which sentence. A pattern vouches for its own clause, not the whole sentence.
-    known = _known_numbers((rb.question, *rb.reference_texts()))
+    # sees which sentence. A pattern vouches for the decisive words it names, in its own
+    # match: not for the words its gaps let through (a pattern "accumulation ... gradient"
+    # never said what its gap holds).
+    known = _known_numbers((rb.question, *rb.reference_texts(), *rb.facts))
+    accounted += [m for m in _mentions(rb._true, graded, raw_kept,  # type: ignore[attr-defined]
+                                       True, False) if m.polarity == "assert"]
     unchecked: list[str] = []
     for k, text in enumerate(graded):
         for a, b in _clauses(text):
             clause = text[a:b]
-            covered = any(sk == k and ms < b and me > a for sk, ms, me in accounted)
-            if (not covered and _technical_claim(clause, rb._topic)  # type: ignore[attr-defined]
-                    and _DECISIVE.search(clause)) or _unknown_number(clause, known):
+            near = [m for m in accounted if m.span[0] == k and m.span[1] < b and m.span[2] > a]
+            loose = [w for w in _DECISIVE.finditer(clause) if not _explained(
+                near, a + w.start(), a + w.end(), w.group())]
+            if (loose and _technical_claim(clause, rb._topic)  # type: ignore[attr-defined]
+                    ) or _unknown_number(clause, known):
                 unchecked.append(raw_kept[k])
                 break
     if unchecked and score > rb.review_band[0]:

@@ -29,7 +29,9 @@ in one direction only (no import cycle):
 """
 from __future__ import annotations
 
+import dataclasses as _dataclasses
 import importlib as _importlib
+from typing import Sequence
 
 from . import result as _answers, choices as _choices, concepts as _concepts
 from . import quantities as _quantities, bank as _rubric_bank, spelling as _spelling
@@ -69,7 +71,19 @@ def get_rubric(rubric: str | Rubric) -> Rubric:
     raise ValueError(f"unknown rubric {rubric!r}; known: {sorted(RUBRICS)}")
 
 
-def grade_text(answer: object, rubric: str | Rubric) -> Result:
+def grade_text(answer: object, rubric: str | Rubric, require: Sequence[str] = ()) -> Result:
     """Grade a short free-text answer with a concept rubric (an id from the bank or a
-    :class:`Rubric`). See :mod:`memlab.grading.answers.concepts` for the method and its limits."""
-    return grade_rubric(answer, get_rubric(rubric))
+    :class:`Rubric`). ``require``: names of the rubric's concepts this question asks for (a
+    notebook that asks "and what does it cost?"): one left out caps the score below full
+    marks. See :mod:`memlab.grading.answers.concepts` for the method and its limits."""
+    rb = get_rubric(rubric)
+    if require:
+        key = (id(rb), tuple(require))
+        hit = _REQUIRED.get(key)
+        if hit is None or hit[0] is not rb:   # one variant per rubric and parts, built once
+            hit = _REQUIRED[key] = (rb, _dataclasses.replace(rb, required=tuple(require)))
+        rb = hit[1]
+    return grade_rubric(answer, rb)
+
+
+_REQUIRED: dict[tuple[int, tuple[str, ...]], tuple[Rubric, Rubric]] = {}
