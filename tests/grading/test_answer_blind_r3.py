@@ -16,13 +16,13 @@ this round now meets, and keep the other figures from falling back; the table is
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from memlab.grading.answers.grade import RUBRICS, grade_text
+from answer_rounds import grade_round  # tests/
+from memlab.grading.answers.grade import RUBRICS
 
 CORPUS = Path(__file__).resolve().parent / "data" / "answers_blind_r3.jsonl"
 WRONG = ("confidently-wrong-keywords", "negated", "keyword-salad", "off-topic")
@@ -36,14 +36,7 @@ pytestmark = pytest.mark.xdist_group("answer_corpus")
 
 @pytest.fixture(scope="module")
 def graded() -> list[dict]:
-    out = []
-    for line in CORPUS.read_text().splitlines():
-        rec = json.loads(line)
-        r = grade_text(rec["answer"], rec["rubric"])
-        lo, hi = rec["band"]
-        out.append({**rec, "score": r.score, "provisional": r.needs_review,
-                    "in_band": lo - 1e-9 <= r.score <= hi + 1e-9, "report": r.report()})
-    return out
+    return grade_round(CORPUS)
 
 
 def _table(graded: list[dict]) -> str:

@@ -20,12 +20,12 @@ decided in band, 51.8% -> 48.2% provisional). The tests keep these from falling 
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from answer_rounds import grade_round  # tests/
 from memlab.grading.answers.grade import RUBRICS, grade_text
 
 CORPUS = Path(__file__).resolve().parent / "data" / "answers_blind_r4.jsonl"
@@ -39,14 +39,7 @@ pytestmark = pytest.mark.xdist_group("answer_corpus")
 
 @pytest.fixture(scope="module")
 def graded() -> list[dict]:
-    out = []
-    for line in CORPUS.read_text().splitlines():
-        rec = json.loads(line)
-        r = grade_text(rec["answer"], rec["rubric"])
-        lo, hi = rec["band"]
-        out.append({**rec, "score": r.score, "provisional": r.needs_review,
-                    "in_band": lo - 1e-9 <= r.score <= hi + 1e-9, "report": r.report()})
-    return out
+    return grade_round(CORPUS)
 
 
 def _show(rows: list[dict]) -> str:
