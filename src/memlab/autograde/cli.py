@@ -85,9 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="grade on a Dask cluster (tcp://host:8786) instead of local processes; "
                         "its workers need the same venv (see autograder/README.md)")
     p.add_argument("--student", action="append", default=None,
-                   help="grade (again) only this student (repeatable); the report still covers all")
+                   help="grade only this student (repeatable; what the ledger holds unchanged is "
+                        "not graded again without --no-resume); the report still covers all")
     p.add_argument("--assignment", action="append", default=None,
-                   help="grade (again) only this assignment (repeatable)")
+                   help="grade only this assignment (repeatable; resumes like --student)")
     p.add_argument("--no-resume", action="store_true",
                    help="grade everything again (default: skip what the report's ledger already holds)")
     p.add_argument("--cold", action="store_true",

@@ -149,8 +149,9 @@ class GradeSettings:
     config_overrides: dict = field(default_factory=dict)  # hook: nbgrader config per job,
     #                                  {"Section": {"trait": value}}, applied after the course's
     resume: bool = True                # skip submissions already in <out>/ledger.jsonl
-    students: tuple[str, ...] = ()     # grade (again) only these students ...
-    assignments: tuple[str, ...] = ()  # ... and/or only these assignments
+    students: tuple[str, ...] = ()     # grade only these students ...
+    assignments: tuple[str, ...] = ()  # ... and/or only these assignments (resume still
+    #                                    applies: resume=False grades them again)
 
 
 AUDIT_CHECK = "memlab.autograde.batch.intake:audit_check"
@@ -431,8 +432,10 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         ledger_path = out / "ledger.jsonl"
         ledger = _load_ledger(ledger_path) if settings.resume else {}
         if not settings.resume and ledger_path.exists():
-            ledger_path.unlink()
-        forced = bool(settings.students or settings.assignments)
+            # grade again what this call covers; the rest of the report's ledger stays
+            mine = {(f[0], f[1]) for f in found}
+            kept = [e for k, e in _load_ledger(ledger_path).items() if k not in mine]
+            ledger_path.write_text("".join(json.dumps(e) + "\n" for e in kept))
         pending, results, refused = [], {}, []
         with Gradebook(cd.db_url, cd.course_id) as gb:
             for student, assignment, folder in found:
@@ -445,7 +448,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                     continue
                 job = make_job(student, assignment, files, bundles[assignment], jset)
                 e = ledger.get((student, assignment))
-                if (not forced and e and e.get("digest") == job["digest"]
+                if (e and e.get("digest") == job["digest"]
                         and e.get("course") == bundles[assignment]["fingerprint"]):
                     try:
                         gb.find_submission(assignment, student)
@@ -526,8 +529,15 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         # The report covers everything graded into this report folder so far.
         for key, e in _load_ledger(ledger_path).items():
             results.setdefault(key, e["result"])
+        seconds = time.monotonic() - t_start
+        if not pending:  # nothing graded now: the report keeps the timing of the batch that did
+            try:
+                before = json.loads((out / "summary.json").read_text())
+                seconds, workers = float(before["seconds"]), int(before["workers"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
         report = ClassReport(out=out, results=sorted(results.values(), key=lambda r: (r["student"], r["assignment"])),
-                             seconds=time.monotonic() - t_start, workers=workers,
+                             seconds=seconds, workers=workers,
                              graded=len(pending), skipped=skipped, isolation=isolation,
                              integrity=gradebook_integrity(cd.db_url.replace("sqlite:///", "", 1)))
         if report.integrity != "ok":

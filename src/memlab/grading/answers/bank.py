@@ -50,7 +50,11 @@ OOM_BEFORE_BATCH = Rubric(
             r"16 bit (?:floats?|training|weights|activations|types?)",
         ), 0.75, "train in fp16/bf16 mixed precision"),
         Concept("lower precision roughly halves activation memory", (
-            r"halv\w*", r"half(?! precision)",
+            # halving said of the activations or of the precision, not any "halves" (a loose
+            # word: "accumulation halves the gradient memory" is no mixed precision)
+            rf"(?:activation\w*|precision|bf16|fp16|autocast|16 bits?|it|this|which) {G(6)}"
+            r"(?:halv\w*|half(?! precision))",
+            rf"(?:halv\w*|half(?! precision)) {G(4)}(?:activation\w*|them)",
             r"(?:2x|2 x|two ?fold|factor of (?:2|two)|twice) (?:saving|savings|reduction|less|"
             r"smaller|fewer|lower|cut)",
             r"(?:2|two) bytes (?:per \w+ )?(?:instead of|rather than|vs|versus|compared to|"
