@@ -83,6 +83,7 @@ def test_flag_decide_regrade_resubmit(tmp_path, capsys):
     listed = capsys.readouterr().out
     assert listed.startswith(f"{len(review)} answer(s) to review"), listed
     assert "30% less optimizer memory" in listed
+    assert api.get_assignment(A)["num_submissions"] == 3, "formgrader counts the class"
     shown = {s["student"]: s for s in api.get_notebook_submissions(A, A)}
     assert shown["ana"]["flagged"] and shown["ana"]["needs_manual_grade"]
     assert not shown["ben"]["flagged"] and not shown["ben"]["needs_manual_grade"]

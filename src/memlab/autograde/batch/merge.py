@@ -5,7 +5,8 @@ untrusted data: :func:`validate_result` checks identity, graded cells, points, s
 file names against the job's course bundle; :func:`_merge` writes a fit result into the course
 gradebook and copies its autograded notebooks and feedback into the course (the grading process
 is the gradebook's only writer); :func:`_merge_retrying` retries while the gradebook is locked;
-:func:`gradebook_integrity` is SQLite's integrity check after the batch. A regrade keeps the
+:func:`gradebook_integrity` is SQLite's integrity check after the batch; the submission's files go
+to the course's submitted/ folder, where formgrader counts them. A regrade keeps the
 instructor's decisions on unchanged answers (:func:`memlab.autograde.decisions.reapply`).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.autograde import decisions
-from memlab.autograde.batch.intake import _safe_rel, _write_tree
+from memlab.autograde.batch.intake import _read_tree, _safe_rel, _write_tree
 
 
 def _is_number(x: Any) -> bool:
@@ -129,6 +130,7 @@ def _merge(gb, cd, job: dict, result: dict, timestamp) -> None:
     decisions.record(cd, aside)
     result["reasons"] = list(result.get("reasons", [])) + [r for r in again
                                                            if r not in result.get("reasons", [])]
+    _record_submission(cd, student, assignment, job.get("files") or {})
     for step in ("autograded", "feedback"):
         dst = Path(cd.format_path(getattr(cd, f"{step}_directory"), student, assignment))
         shutil.rmtree(dst, ignore_errors=True)
@@ -137,3 +139,28 @@ def _merge(gb, cd, job: dict, result: dict, timestamp) -> None:
         if files and result["status"] == "ok":
             dst.mkdir(parents=True, exist_ok=True)
             _write_tree(dst, files)
+
+
+def _record_submission(cd, student: str, assignment: str, files: dict[str, bytes]) -> None:
+    """The submission's files, as the grader read them, into the course's submitted/ folder,
+    where nbgrader's collect puts them: formgrader counts a course's submissions there (it
+    showed "0 submissions" for a class graded from a folder or zip elsewhere). Replaced whole,
+    the new copy renamed into place only once written; nothing done when it is already there
+    (grade-class run on the course's own submitted/ folder)."""
+    if not files:
+        return
+    dst = Path(cd.format_path(cd.submitted_directory, student, assignment))
+    try:
+        if dst.is_dir() and _read_tree(dst) == files:
+            return
+    except (OSError, ValueError):
+        pass
+    new, old = dst.with_name(dst.name + ".memlab-new"), dst.with_name(dst.name + ".memlab-old")
+    for p in (new, old):
+        shutil.rmtree(p, ignore_errors=True)
+    new.mkdir(parents=True)
+    _write_tree(new, files)
+    if dst.exists() or dst.is_symlink():
+        dst.rename(old)
+    new.rename(dst)
+    shutil.rmtree(old, ignore_errors=True)
