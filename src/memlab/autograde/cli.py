@@ -89,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "not graded again without --no-resume); the report still covers all")
     p.add_argument("--assignment", action="append", default=None,
                    help="grade only this assignment (repeatable; resumes like --student)")
+    p.add_argument("--flat", default="", metavar="PRESET_OR_REGEX",
+                   help="an LMS download with every student's notebook side by side: 'canvas' "
+                        "(name_userid_submissionid_file.ipynb) or a regex with the groups "
+                        "student and file (and optionally assignment)")
     p.add_argument("--no-resume", action="store_true",
                    help="grade everything again (default: skip what the report's ledger already holds)")
     p.add_argument("--cold", action="store_true",
@@ -132,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = GradeSettings(workers=args.workers, cell_timeout=cell_timeout,
                                      submission_timeout=args.submission_timeout,
                                      memory_mb=args.memory_mb, scheduler=args.scheduler,
-                                     students=tuple(args.student or ()),
+                                     students=tuple(args.student or ()), flat=args.flat,
                                      assignments=tuple(args.assignment or ()),
                                      resume=not args.no_resume, warm=not args.cold,
                                      sandbox=not args.no_sandbox, sandbox_kind=args.sandbox,

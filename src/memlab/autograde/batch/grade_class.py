@@ -99,7 +99,8 @@ from memlab.autograde import decisions
 # GradeSettings, and the private helpers tests import from here).
 from memlab.autograde.batch.intake import (  # noqa: F401
     MAX_NOTEBOOK_BYTES, MAX_SUBMISSION_BYTES, MAX_ZIP_BYTES, _collect_jobs, _read_tree,
-    _safe_extract, _timestamp, _write_tree, audit_check, find_layout, structure_check)
+    _safe_extract, _timestamp, _write_tree, arrange_flat, audit_check, find_layout,
+    structure_check)
 from memlab.autograde.batch.jobs import (  # noqa: F401
     _slim_gradebook, course_bundle, grade_job, make_job)
 from memlab.autograde.batch.merge import (  # noqa: F401
@@ -149,6 +150,7 @@ class GradeSettings:
     config_overrides: dict = field(default_factory=dict)  # hook: nbgrader config per job,
     #                                  {"Section": {"trait": value}}, applied after the course's
     resume: bool = True                # skip submissions already in <out>/ledger.jsonl
+    flat: str = ""                     # a flat LMS download: "canvas" or a regex (intake.arrange_flat)
     students: tuple[str, ...] = ()     # grade only these students ...
     assignments: tuple[str, ...] = ()  # ... and/or only these assignments (resume still
     #                                    applies: resume=False grades them again)
@@ -410,7 +412,15 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
             src = tmp / "input"
         elif not src.is_dir():
             raise FileNotFoundError(f"{submissions}: not a folder or a zip file")
-        found, ignored = _collect_jobs(src, known)
+        if settings.flat:   # an LMS download, every student's file side by side
+            src = arrange_flat(src, tmp / "arranged", settings.flat, known)
+        try:
+            found, ignored = _collect_jobs(src, known)
+        except ValueError as exc:  # name what the instructor gave, not a temporary folder
+            raise ValueError(f"{submissions}: no <student>/<assignment>/ folders of the "
+                             f"assignments {known}; an LMS download with every file side by "
+                             "side takes --flat canvas (or --flat REGEX with the groups student "
+                             "and file): see autograder/README.md") from exc
         if not found:
             raise ValueError(f"no submissions of {known} found in {submissions}")
         if settings.students:

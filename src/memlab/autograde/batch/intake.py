@@ -66,6 +66,48 @@ def find_layout(folder: Path, assignments: Sequence[str]) -> Path:
                      f"found in {folder}")
 
 
+# LMS downloads that put every student's file side by side, one flat folder:
+# Canvas: "<sortablename>_<userid>_<submissionid>_<filename>", "late" after the name when late.
+FLAT_PRESETS = {
+    "canvas": r"^(?P<student>[A-Za-z0-9-]+)_(?:late_|LATE_)?\d+_\d+_(?P<file>.+)$",
+}
+
+
+def arrange_flat(folder: Path, dest: Path, pattern: str, assignments: Sequence[str]) -> Path:
+    """A flat LMS download (every student's file in one folder, the student in the file name)
+    laid out as ``dest/<student>/<assignment>/<assignment>.ipynb``. ``pattern``: a preset of
+    :data:`FLAT_PRESETS` ("canvas") or a regular expression with the named groups ``student``
+    and ``file`` (and optionally ``assignment``); without an ``assignment`` group the
+    assignment is the one whose name the file name holds (an LMS may add "-1" to a file
+    handed in twice: the newest wins by name). Raises ValueError when no file matches."""
+    import re
+
+    rx = re.compile(FLAT_PRESETS.get(pattern, pattern))
+    if "student" not in rx.groupindex or "file" not in rx.groupindex:
+        raise ValueError(f"--flat {pattern!r}: the pattern needs the groups (?P<student>...) and "
+                         "(?P<file>...)")
+    files = [p for p in sorted(Path(folder).rglob("*"))
+             if p.is_file() and not p.is_symlink() and "__MACOSX" not in p.parts]
+    placed = 0
+    for p in files:
+        m = rx.match(p.name)
+        if not m or not p.name.endswith(".ipynb"):
+            continue
+        named = m.groupdict().get("assignment")
+        hits = [a for a in assignments if a == named or (named is None and a in m.group("file"))]
+        student = m.group("student")
+        if len(hits) != 1 or _safe_rel(student) is None or len(_safe_rel(student).parts) != 1:
+            continue
+        target = dest / student / hits[0] / f"{hits[0]}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(p.read_bytes())
+        placed += 1
+    if not placed:
+        raise ValueError(f"no file name matches the --flat pattern {pattern!r} and names one of "
+                         f"the assignments {list(assignments)}")
+    return dest
+
+
 def _norm(src: str) -> str:
     return "\n".join(line.rstrip() for line in src.strip().splitlines())
 
