@@ -49,3 +49,35 @@ def test_filtered_runs_resume_and_keep_the_rest(tmp_path):
     ledger = [json.loads(x)["student"] for x in (out / "ledger.jsonl").read_text().splitlines()]
     assert sorted(ledger) == ["a", "b"], f"b's result must stay in the ledger: {ledger}"
     assert all(r["score"] == r["max_score"] for r in forced.results), forced.results
+    # the exports an LMS and a gradebook spreadsheet take
+    import csv
+
+    roster = list(csv.DictReader(open(out / "roster.csv", newline="")))
+    full = f"{forced.results[0]['max_score']:g}"
+    assert [(r["student"], r[A], r["total"], r["max_total"], r["percent"]) for r in roster] == [
+        ("a", full, full, full, "100.0"), ("b", full, full, full, "100.0")], roster
+    lms = list(csv.DictReader(open(out / "lms.csv", newline="")))
+    assert [(r["student_id"], r["assignment"], r["points"], r["points_possible"], r["provisional"])
+            for r in lms] == [("a", A, full, full, "no"), ("b", A, full, full, "no")], lms
+
+
+def test_the_roster_counts_a_missing_assignment_as_zero(tmp_path):
+    import csv
+
+    from memlab.autograde.batch.report import _write_rosters
+
+    results = [
+        {"student": "a", "assignment": "00_setup", "score": 3.0, "max_score": 3.0, "review": []},
+        {"student": "a", "assignment": "04_accumulation", "score": 7.5, "max_score": 15.0,
+         "review": ["test_written_answer: ..."]},
+        {"student": "b", "assignment": "00_setup", "score": 1.0, "max_score": 3.0, "review": []},
+    ]
+    _write_rosters(tmp_path, results)
+    roster = {r["student"]: r for r in csv.DictReader(open(tmp_path / "roster.csv", newline=""))}
+    assert (roster["a"]["total"], roster["a"]["max_total"], roster["a"]["percent"]) == (
+        "10.5", "18", "58.3")
+    assert (roster["b"]["04_accumulation"], roster["b"]["total"], roster["b"]["percent"]) == (
+        "", "1", "5.6"), "b never handed in 04: blank, and 0 of its 15 points in the total"
+    lms = list(csv.DictReader(open(tmp_path / "lms.csv", newline="")))
+    assert [(r["student_id"], r["assignment"], r["provisional"]) for r in lms] == [
+        ("a", "00_setup", "no"), ("a", "04_accumulation", "yes"), ("b", "00_setup", "no")]

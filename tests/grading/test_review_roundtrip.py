@@ -90,6 +90,9 @@ def test_flag_decide_regrade_resubmit(tmp_path, capsys):
     subs = {r["student"]: r for r in _rows(out / "submissions.csv")}
     assert "PROVISIONAL" in subs["ana"]["reason"] and "PROVISIONAL" not in subs["ben"]["reason"]
     assert _score(api, "ana")[1] > 1.5, "the rubric scores the true part: a person can lower it"
+    q = {r["grade_id"]: r for r in _rows(out / "questions.csv")}[CELL]
+    assert (q["submissions"], q["flagged"]) == ("3", "0.67"), q   # ana and cara of three
+    assert (q["pass_rate"], q["mean"], q["partial"]) == ("1.00", "1.00", "0.00"), q
 
     # decide: ana through the CLI, cara as formgrader's GradeHandler.put writes a manual score
     assert instructor.main(["--config", str(cfg), "reviews", "--set", "ana", A, CELL, "1",

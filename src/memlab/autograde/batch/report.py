@@ -7,7 +7,9 @@ Part of :mod:`memlab.autograde.batch.grade_class` (which re-exports the public n
 flagged answers, each assignment's report hooks: :func:`_assignment_hooks`; each row names the
 grade cell it is about, :func:`_cell_of`; a cell the instructor decided,
 :mod:`memlab.autograde.decisions`, is closed), ``questions.csv`` (pass rate
-per graded cell), ``score_distribution.png``, ``summary.json`` and ``summary.md``.
+per graded cell, mean share of its points, share with partial credit, share flagged),
+``roster.csv`` (student x assignment, totals) and ``lms.csv`` (a row per student and assignment,
+for an LMS's grade import), ``score_distribution.png``, ``summary.json`` and ``summary.md``.
 
 Reads results and the gradebook; runs nothing (tests/test_layers.py).
 """
@@ -118,7 +120,8 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     out = report.out
     course.export(out / "grades.csv", api=api)
     rows, review_rows = [], []
-    per_question: dict[tuple[str, str, str], list[float]] = {}
+    # (assignment, notebook, grade id) -> [(student, share of the cell's points)]
+    per_question: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
     with api.gradebook as gb:  # scores as merged (and late penalties), for every result
         for r in report.results:
             sub = gb.find_submission(r["assignment"], r["student"])
@@ -128,7 +131,7 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                 for g in snb.grades:
                     if g.max_score:
                         per_question.setdefault((r["assignment"], snb.name, g.name), []).append(
-                            1.0 if (g.score or 0) >= g.max_score else 0.0)
+                            (r["student"], min(1.0, float(g.score or 0) / float(g.max_score))))
     audits = _assignment_hooks(api, report.results)
     decisions.adopt(api)  # a score set in formgrader is a decision like reviews --set
     for r in report.results:
@@ -162,9 +165,17 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
                                          "isolation"], rows)
     _write_csv(out / "review.csv", ["student", "assignment", "cell", "why"], review_rows)
+    flagged = {(r["student"], r["assignment"], gid) for r in report.results
+               for gid in r.get("review_cells", ())}
     q_rows = [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
-               "pass_rate": f"{sum(v) / len(v):.2f}"} for (a, nb, gid), v in sorted(per_question.items())]
-    _write_csv(out / "questions.csv", ["assignment", "notebook", "grade_id", "submissions", "pass_rate"], q_rows)
+               "pass_rate": f"{sum(x >= 1.0 for _, x in v) / len(v):.2f}",
+               "mean": f"{sum(x for _, x in v) / len(v):.2f}",
+               "partial": f"{sum(0.0 < x < 1.0 for _, x in v) / len(v):.2f}",
+               "flagged": f"{sum((st, a, gid) in flagged for st, _ in v) / len(v):.2f}"}
+              for (a, nb, gid), v in sorted(per_question.items())]
+    _write_csv(out / "questions.csv", ["assignment", "notebook", "grade_id", "submissions",
+                                       "pass_rate", "mean", "partial", "flagged"], q_rows)
+    _write_rosters(out, report.results)
     totals: dict[str, list[float]] = {}
     for r in report.results:
         t = totals.setdefault(r["student"], [0.0, 0.0])
@@ -191,10 +202,11 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                                                  " LEARNER CODE RAN WITH YOUR RIGHTS: see "
                                                  "autograder/README.md, Security."), "",
              "![score distribution](score_distribution.png)", "",
-             "## Pass rate per graded cell (low: the exercise may be too hard)", "",
-             "| assignment | notebook | grade cell | submissions | pass rate |", "|---|---|---|---|---|"]
-    lines += [f"| {q['assignment']} | {q['notebook']} | {q['grade_id']} | {q['submissions']} | {q['pass_rate']} |"
-              for q in q_rows]
+             "## Per graded cell (low pass rate: the exercise may be too hard)", "",
+             "| assignment | notebook | grade cell | submissions | pass rate | mean | partial | "
+             "flagged |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {q['assignment']} | {q['notebook']} | {q['grade_id']} | {q['submissions']} | "
+              f"{q['pass_rate']} | {q['mean']} | {q['partial']} | {q['flagged']} |" for q in q_rows]
     lines += ["", f"## Needs manual review ({len(review_rows)})", ""]
     lines += [f"- {x['student']}/{x['assignment']}: {x['why']}" for x in review_rows] or ["- nothing"]
     lines += ["", "## Submissions", "", "| student | assignment | score | reason |", "|---|---|---|---|"]
@@ -203,6 +215,34 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     if ignored:
         lines += ["", "Ignored folders (not an assignment in the gradebook): " + ", ".join(ignored)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _write_rosters(out: Path, results: list[dict]) -> None:
+    """roster.csv: a row per student, a column per assignment (blank: not handed in, which
+    counts 0 of its points in the total), total, max_total, percent; lms.csv: a row per student
+    and assignment (points, points_possible, provisional) for an LMS's grade import."""
+    assignments = sorted({r["assignment"] for r in results})
+    maxima: dict[str, float] = {}
+    by_student: dict[str, dict[str, dict]] = {}
+    for r in results:
+        maxima[r["assignment"]] = max(maxima.get(r["assignment"], 0.0), r["max_score"])
+        by_student.setdefault(r["student"], {})[r["assignment"]] = r
+    roster, lms = [], []
+    for student, done in sorted(by_student.items()):
+        total = sum(r["score"] for r in done.values())
+        top = sum(maxima.values())
+        roster.append({"student": student, **{a: f"{done[a]['score']:g}" if a in done else ""
+                                              for a in assignments},
+                       "total": f"{total:g}", "max_total": f"{top:g}",
+                       "percent": f"{100 * total / top:.1f}" if top else "0.0"})
+        lms += [{"student_id": student, "assignment": a, "points": f"{r['score']:g}",
+                 "points_possible": f"{r['max_score']:g}",
+                 "provisional": "yes" if r.get("review") else "no"}
+                for a, r in sorted(done.items())]
+    _write_csv(out / "roster.csv", ["student", *assignments, "total", "max_total", "percent"],
+               roster)
+    _write_csv(out / "lms.csv", ["student_id", "assignment", "points", "points_possible",
+                                 "provisional"], lms)
 
 
 def _duration(seconds: float) -> str:
