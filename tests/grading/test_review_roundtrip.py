@@ -8,10 +8,10 @@ One class of 04_accumulation, graded by grade-class, then driven through the ins
                submission flagged and the cell as needing a manual grade
     decide     ``reviews --set`` (the CLI) and a manual score written as formgrader writes it
     reports    the gradebook score, submissions.csv, review.csv and the feedback say the decision
-    regrade    grading the same answers again keeps both decisions
+    regrade    grading the same answers again keeps both decisions, even a grading that fails
     resubmit   changed answers set the decision aside: the cell is back in review, with why
 
-Marked ``slow`` (kernels), in `make test`: 4 gradings of a trimmed 04, ~1 minute on 2 cores.
+Marked ``slow`` (kernels), in `make test`: 5 gradings of a trimmed 04, ~1 minute on 2 cores.
 """
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ def _submit(folder: Path, student: str, nb) -> None:
 
 
 def _grade(folder: Path, cfg: Path, out: Path, **kw):
+    kw = {"workers": 2, "cell_timeout": 120, "submission_timeout": 600, **kw}
     return grade_class(folder, config_path=cfg, out=out, progress=False,
-                       settings=GradeSettings(workers=2, cell_timeout=120, submission_timeout=600,
-                                              **kw))
+                       settings=GradeSettings(**kw))
 
 
 def _score(api, student: str) -> tuple[float | None, float, bool]:
@@ -143,6 +143,10 @@ def test_flag_decide_regrade_resubmit(tmp_path, capsys):
     ledger = [json.loads(x) for x in decisions.ledger_path(api.coursedir).read_text().splitlines()]
     assert [(d["student"], d["points"], d["source"]) for d in ledger] == [
         ("ana", 1.0, "instructor"), ("cara", 1.5, "formgrader"), ("ana", None, "instructor")]
+    # a grading that fails on the same answers (over the wall-clock limit) keeps the decision
+    failed = _grade(cls, cfg, out, resume=False, students=("cara",), submission_timeout=1)
+    assert failed.by_submission[("cara", A)]["status"] == "failed"
+    assert _score(api, "cara")[0] == 1.5, "a failed grading is no reason to drop a person's grade"
 
 
 def test_a_decision_out_of_range_or_on_no_cell_is_refused(tmp_path):

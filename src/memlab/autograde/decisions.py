@@ -4,13 +4,14 @@ A decision is nbgrader's manual score of one grade cell, the very field formgrad
 grading writes, so a score set in formgrader and one set with ``instructor reviews --set`` are
 the same thing. Each decision is also a line of the course's decision ledger
 (``decisions.jsonl`` beside the gradebook): the points, the note, and the fingerprint of the
-answers it was made on (:func:`answers_fingerprint`, every answer cell's source). A regrade
-(:func:`reapply`, called by the merge of grade-class) keeps a decision while the answers are
-unchanged; when they changed, the decision is set aside and the cell goes back to review with
-that reason. A manual score found in the gradebook without a ledger line (formgrader's) is
-adopted on the answers of the moment (:func:`adopt`).
+answers it was made on (:func:`answers_fingerprint`, every answer cell's source, of the
+submission as the grader read it: the course's submitted/ copy). A regrade (:func:`reapply`,
+called by the merge of grade-class) keeps a decision while the answers are unchanged, whether
+or not that grading succeeded; when they changed, the decision is set aside and the cell goes
+back to review with that reason. A manual score found in the gradebook without a ledger line
+(formgrader's) is adopted on the answers of the moment (:func:`adopt`).
 
-Runs no learner code: it reads the gradebook, the ledger and autograded notebooks as data.
+Runs no learner code: it reads the gradebook, the ledger and submitted notebooks as data.
 Used by :mod:`memlab.autograde.batch.merge` (regrades), :mod:`memlab.autograde.batch.report`
 (what is decided) and :mod:`memlab.autograde.cli` (``reviews --set`` / ``--accept``).
 """
@@ -107,8 +108,10 @@ def record(cd, decisions: Iterable[Decision]) -> None:
             fh.write(json.dumps(asdict(d)) + "\n")
 
 
-def _autograded_fingerprint(cd, student: str, assignment: str, notebook: str) -> str:
-    path = Path(cd.format_path(cd.autograded_directory, student, assignment)) / f"{notebook}.ipynb"
+def _submitted_fingerprint(cd, student: str, assignment: str, notebook: str) -> str:
+    """The answers' fingerprint of the submission in the course's submitted/ folder (where
+    grade-class and nbgrader's collect put it), "" when there is none."""
+    path = Path(cd.format_path(cd.submitted_directory, student, assignment)) / f"{notebook}.ipynb"
     try:
         return answers_fingerprint(path.read_bytes())
     except OSError:
@@ -147,7 +150,7 @@ def decide(api, student: str, assignment: str, grade_id: str | None = None,
             g.manual_score = got
             g.needs_manual_grade = False
             made.append(Decision(student, assignment, snb.name, g.name, got, mx, note,
-                                 _autograded_fingerprint(cd, student, assignment, snb.name),
+                                 _submitted_fingerprint(cd, student, assignment, snb.name),
                                  "instructor", round(time.time(), 1)))
         gb.db.commit()
     record(cd, made)
@@ -177,24 +180,23 @@ def adopt(api) -> list[Decision]:
                                 d is not None and d.points == float(g.manual_score)):
                             continue
                         new.append(Decision(*key, float(g.manual_score), float(g.max_score), "",
-                                            _autograded_fingerprint(cd, *key[:3]), "formgrader",
+                                            _submitted_fingerprint(cd, *key[:3]), "formgrader",
                                             round(time.time(), 1)))
     record(cd, new)
     return new
 
 
-def reapply(gb, cd, result: dict) -> tuple[list[str], list[Decision]]:
+def reapply(gb, cd, result: dict, files: dict[str, bytes]) -> tuple[list[str], list[Decision]]:
     """After a regrade of one submission is merged (the gradebook session ``gb``, not yet
-    committed): keep each standing decision whose answers are unchanged (its manual score, no
-    manual-grade flag) and set aside the others (manual score cleared). Returns the review
+    committed; ``files``: the submission as the grader read it): keep each standing decision
+    whose answers are unchanged (its manual score, no manual-grade flag), whether or not this
+    grading succeeded, and set aside the others (manual score cleared). Returns the review
     reasons and the set-aside decisions, for :func:`record` once the gradebook is committed."""
     student, assignment = result["student"], result["assignment"]
     mine = [d for d in load(cd).values() if (d.student, d.assignment) == (student, assignment)]
     if not mine:
         return [], []
-    files = result.get("files") or {}
-    now = {d.notebook: answers_fingerprint(files.get(f"autograded/{d.notebook}.ipynb", b""))
-           for d in mine}
+    now = {d.notebook: answers_fingerprint(files.get(f"{d.notebook}.ipynb", b"")) for d in mine}
     reasons, aside = [], []
     sub = gb.find_submission(assignment, student)
     grades = {(snb.name, g.name): g for snb in sub.notebooks for g in snb.grades}
@@ -202,7 +204,7 @@ def reapply(gb, cd, result: dict) -> tuple[list[str], list[Decision]]:
         g = grades.get((d.notebook, d.grade_id))
         if g is None:
             continue
-        if result.get("status") == "ok" and d.answers and now[d.notebook] == d.answers:
+        if d.answers and now[d.notebook] == d.answers:
             g.manual_score = d.points
             g.needs_manual_grade = False
             continue

@@ -125,7 +125,7 @@ def _merge(gb, cd, job: dict, result: dict, timestamp) -> None:
                 g.auto_score = float(got[0])
                 g.needs_manual_grade = bool(got[2])
     # the instructor's decisions stand while the answers they were made on do (decisions.py)
-    again, aside = decisions.reapply(gb, cd, result)
+    again, aside = decisions.reapply(gb, cd, result, job.get("files") or {})
     gb.db.commit()
     decisions.record(cd, aside)
     result["reasons"] = list(result.get("reasons", [])) + [r for r in again
