@@ -167,3 +167,29 @@ def test_answers_fingerprint_counts_answer_cells_only():
     assert same == decisions.answers_fingerprint(json.dumps(nb("x = 1", "other output")).encode())
     assert same != decisions.answers_fingerprint(nb("x = 2", "ok"))
     assert decisions.answers_fingerprint(b"not json") == ""
+
+
+@pytest.mark.slow
+def test_accept_keeps_every_score_as_the_decision(tmp_path, capsys):
+    """``reviews --accept STUDENT ASSIGNMENT``: every grade cell's current score becomes the
+    instructor's decision (no grading runs; the feedback is written again)."""
+    api = make_course(tmp_path / "course", [A])
+    cfg = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
+    release = nbformat.read(tmp_path / "course" / "notebooks" / A / f"{A}.ipynb", as_version=4)
+    solution = nbformat.read(tmp_path / "course" / "solutions" / A / f"{A}.ipynb", as_version=4)
+    cls, out = tmp_path / "class", tmp_path / "report"
+    _submit(cls, "dan", trim_to_graded(with_solution_answers(release, solution), solution))
+    _grade(cls, cfg, out)
+    with api.gradebook as gb:
+        before = {g.name: g.score
+                  for snb in gb.find_submission(A, "dan").notebooks for g in snb.grades}
+    assert instructor.main(["--config", str(cfg), "reviews", "--accept", "dan", A, "--report",
+                            str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.count("set by the instructor") == len(before), said
+    with api.gradebook as gb:
+        after = {g.name: (g.manual_score, g.score)
+                 for snb in gb.find_submission(A, "dan").notebooks for g in snb.grades}
+    assert after == {k: (v, v) for k, v in before.items()}
+    assert instructor.main(["--config", str(cfg), "reviews", "--accept", "dan", A, "nope"]) == 1
+    assert "no grade cell 'nope'" in capsys.readouterr().err
