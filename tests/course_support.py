@@ -244,3 +244,12 @@ def make_course(root: Path, assignments: Iterable[str] | None = None):
     assert Path(api.coursedir.root) == root, "the config must compute the course root from its own path"
     course.release(names, api=api)
     return api
+
+
+def course_notebooks(api, assignment: str):
+    """(released, solution) notebooks of ``assignment`` in the course ``api`` (make_course)."""
+    import nbformat
+
+    root = Path(api.coursedir.root)
+    return tuple(nbformat.read(root / folder / assignment / f"{assignment}.ipynb", as_version=4)
+                 for folder in ("notebooks", "solutions"))

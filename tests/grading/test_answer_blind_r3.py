@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from answer_rounds import grade_round  # tests/
+from answer_rounds import figures, grade_round, show  # tests/
 from memlab.grading.answers.grade import RUBRICS
 
 CORPUS = Path(__file__).resolve().parent / "data" / "answers_blind_r3.jsonl"
@@ -79,13 +79,10 @@ def test_a_long_answer_is_graded_on_its_content_never_zero_for_its_length(graded
 
 
 def test_decided_answers_and_the_provisional_share_hold_their_ground(graded):
-    decided = [g for g in graded if not g["provisional"]]
-    rate = sum(g["in_band"] for g in decided) / len(decided)
-    share = sum(g["provisional"] for g in graded) / len(graded)
+    decided, rate, share = figures(graded)
     print(f"\nblind round r3 (development data now): decided in band "
           f"{sum(g['in_band'] for g in decided)}/{len(decided)} {rate:.1%}, provisional "
           f"{share:.1%}\n{_table(graded)}")
-    misses = "\n\n".join(f"{g['rubric']} {g['class']} band {g['band']} {g['score']:.2f}\n"
-                         f"{g['report']}" for g in decided if not g["in_band"])
+    misses = show([g for g in decided if not g["in_band"]])
     assert rate >= DECIDED_IN_BAND_FLOOR, f"decided in band {rate:.1%}\n\n{misses}"
     assert share <= PROVISIONAL_CEILING, f"provisional {share:.1%}"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from answer_rounds import grade_round  # tests/
+from answer_rounds import figures, grade_round, show as _show  # tests/
 from memlab.grading.answers.grade import RUBRICS, grade_text
 
 CORPUS = Path(__file__).resolve().parent / "data" / "answers_blind_r4.jsonl"
@@ -40,11 +40,6 @@ pytestmark = pytest.mark.xdist_group("answer_corpus")
 @pytest.fixture(scope="module")
 def graded() -> list[dict]:
     return grade_round(CORPUS)
-
-
-def _show(rows: list[dict]) -> str:
-    return "\n\n".join(f"{g['rubric']} {g['class']} band {g['band']} {g['score']:.2f}\n"
-                       f"{g['report']}" for g in rows)
 
 
 def test_the_round_covers_every_rubric_and_class(graded):
@@ -73,9 +68,7 @@ def test_strong_answers_decided_below_0_7_stay_few(graded):
 
 
 def test_decided_answers_and_the_provisional_share_hold_their_ground(graded):
-    decided = [g for g in graded if not g["provisional"]]
-    rate = sum(g["in_band"] for g in decided) / len(decided)
-    share = sum(g["provisional"] for g in graded) / len(graded)
+    decided, rate, share = figures(graded)
     print(f"\nblind round r4 (development data now): decided in band "
           f"{sum(g['in_band'] for g in decided)}/{len(decided)} {rate:.1%}, "
           f"provisional {share:.1%}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import make_course, with_solution_answers
+from course_support import course_notebooks, make_course, with_solution_answers
 from memlab.autograde import cli as instructor
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 from memlab.autograde.batch.intake import arrange_flat
@@ -30,8 +30,7 @@ def test_a_pattern_without_its_groups_is_refused(tmp_path):
 def test_canvas_flat_zip(tmp_path, capsys):
     api = make_course(tmp_path / "course", [A])
     cfg = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
-    release = nbformat.read(tmp_path / "course" / "notebooks" / A / f"{A}.ipynb", as_version=4)
-    solution = nbformat.read(tmp_path / "course" / "solutions" / A / f"{A}.ipynb", as_version=4)
+    release, solution = course_notebooks(api, A)
     honest = nbformat.writes(with_solution_answers(release, solution))
     zpath = tmp_path / "submissions.zip"
     with zipfile.ZipFile(zpath, "w") as z:

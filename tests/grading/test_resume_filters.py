@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import make_course, with_solution_answers
+from course_support import course_notebooks, make_course, with_solution_answers
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
 A = "00_setup"
@@ -28,8 +28,7 @@ def _run(cls: Path, cfg: Path, out: Path, **kw):
 def test_filtered_runs_resume_and_keep_the_rest(tmp_path):
     api = make_course(tmp_path / "course", [A])
     cfg = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
-    release = nbformat.read(tmp_path / "course" / "notebooks" / A / f"{A}.ipynb", as_version=4)
-    solution = nbformat.read(tmp_path / "course" / "solutions" / A / f"{A}.ipynb", as_version=4)
+    release, solution = course_notebooks(api, A)
     cls, out = tmp_path / "class", tmp_path / "report"
     for student in ("a", "b"):
         (cls / student / A).mkdir(parents=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import make_course, trim_to_graded, with_answer, with_solution_answers
+from course_support import (course_notebooks, make_course, trim_to_graded, with_answer,
+                            with_solution_answers)
 from memlab.autograde import cli as instructor
 from memlab.autograde import decisions
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
@@ -65,8 +66,7 @@ def _score(api, student: str) -> tuple[float | None, float, bool]:
 def test_flag_decide_regrade_resubmit(tmp_path, capsys):
     api = make_course(tmp_path / "course", [A])
     cfg = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
-    release = nbformat.read(tmp_path / "course" / "notebooks" / A / f"{A}.ipynb", as_version=4)
-    solution = nbformat.read(tmp_path / "course" / "solutions" / A / f"{A}.ipynb", as_version=4)
+    release, solution = course_notebooks(api, A)
     honest = trim_to_graded(with_solution_answers(release, solution), solution)
     unsure = with_answer(honest, "written_answer", f'answer = """{UNCHECKED}"""\n')
     cls, out = tmp_path / "class", tmp_path / "report"
@@ -175,8 +175,7 @@ def test_accept_keeps_every_score_as_the_decision(tmp_path, capsys):
     instructor's decision (no grading runs; the feedback is written again)."""
     api = make_course(tmp_path / "course", [A])
     cfg = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
-    release = nbformat.read(tmp_path / "course" / "notebooks" / A / f"{A}.ipynb", as_version=4)
-    solution = nbformat.read(tmp_path / "course" / "solutions" / A / f"{A}.ipynb", as_version=4)
+    release, solution = course_notebooks(api, A)
     cls, out = tmp_path / "class", tmp_path / "report"
     _submit(cls, "dan", trim_to_graded(with_solution_answers(release, solution), solution))
     _grade(cls, cfg, out)

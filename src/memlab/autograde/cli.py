@@ -174,8 +174,9 @@ def _decide(args) -> int:
             print("--accept STUDENT ASSIGNMENT [CELL]", file=sys.stderr)
             return 2
         student, assignment, cell, points = *args.accept[:2], (args.accept[2:] or [None])[0], None
+    api = make_api(args.config)
     try:
-        made = decisions.decide(make_api(args.config), student, assignment, cell, points,
+        made = decisions.decide(api, student, assignment, cell, points,
                                 note=args.note, notebook=args.notebook)
     except decisions.DecisionError as exc:
         print(exc, file=sys.stderr)
@@ -183,7 +184,7 @@ def _decide(args) -> int:
     for d in made:
         print(f"{student}/{assignment}/{d.notebook} {d.line()}")
     print(f"feedback written again for {student}/{assignment}")
-    report = refresh_report(args.config, args.report)
+    report = refresh_report(args.config, args.report, api=api)
     print(f"class report written again: {report.out}/summary.md" if report else
           "no class report to write again (grade-class writes one)")
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 __all__ = [
-    "default_config_path", "load_config", "make_api", "source_assignments", "normalize_notebook",
+    "default_config_path", "default_report_dir", "load_config", "make_api", "source_assignments", "normalize_notebook",
     "release", "autograde", "feedback", "export", "KERNELSPEC", "NbgraderError",
 ]
 
@@ -35,6 +35,12 @@ def default_config_path() -> Path:
     (``pip install -e .``), else of the current directory."""
     here = Path(__file__).resolve().parents[3] / "autograder" / "nbgrader_config.py"
     return here if here.is_file() else Path.cwd() / "autograder" / "nbgrader_config.py"
+
+
+def default_report_dir(cd) -> Path:
+    """autograder/work/class_report of the course: where grade-class writes without --out, and
+    where ``reviews`` reads the queue."""
+    return Path(cd.root) / "autograder" / "work" / "class_report"
 
 
 def load_config(config_path: str | Path | None = None):

@@ -218,7 +218,8 @@ def reapply(gb, cd, result: dict, files: dict[str, bytes]) -> tuple[list[str], l
     return reasons, aside
 
 
-def decided_cells(cd, student: str, assignment: str) -> dict[tuple[str, str], Decision]:
-    """(notebook, grade_id) -> standing decision of one submission."""
-    return {(d.notebook, d.grade_id): d for d in load(cd).values()
+def decided_cells(standing: dict[Key, Decision], student: str, assignment: str
+                  ) -> dict[tuple[str, str], Decision]:
+    """(notebook, grade_id) -> standing decision of one submission, from :func:`load`."""
+    return {(d.notebook, d.grade_id): d for d in standing.values()
             if (d.student, d.assignment) == (student, assignment)}

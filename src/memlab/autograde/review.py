@@ -456,8 +456,7 @@ def review_queue(assignment: str | None = None, config_path=None, report=None) -
     from memlab.autograde import course, decisions
 
     api = course.make_api(config_path)
-    root = Path(api.coursedir.root)
-    folder = Path(report) if report else root / "autograder" / "work" / "class_report"
+    folder = Path(report) if report else course.default_report_dir(api.coursedir)
     table = folder / "review.csv"
     decisions.adopt(api)  # a score set in formgrader since the report was written
     decided = {(d.student, d.assignment, d.grade_id)

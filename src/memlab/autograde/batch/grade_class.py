@@ -97,6 +97,7 @@ from typing import Any
 from memlab.autograde import decisions
 # The parts, and the names this facade re-exports (public names, hooks named by dotted path in
 # GradeSettings, and the private helpers tests import from here).
+from memlab.autograde.course import default_report_dir  # noqa: F401  (re-exported)
 from memlab.autograde.batch.intake import (  # noqa: F401
     MAX_NOTEBOOK_BYTES, MAX_SUBMISSION_BYTES, MAX_ZIP_BYTES, _collect_jobs, _read_tree,
     _safe_extract, _timestamp, _write_tree, arrange_flat, audit_check, find_layout,
@@ -159,11 +160,14 @@ class GradeSettings:
 AUDIT_CHECK = "memlab.autograde.batch.intake:audit_check"
 
 
-def _feedback_with_decisions(api, result: dict) -> None:
+def _feedback_with_decisions(api, gb, result: dict) -> None:
     """The job wrote the feedback from its own gradebook, which holds no decision: where the
-    instructor's decisions stand, write it again from the course gradebook (no code runs)."""
-    if result.get("status") != "ok" or not decisions.decided_cells(
-            api.coursedir, result["student"], result["assignment"]):
+    instructor's decisions stand (a manual score the merge kept, ``gb``), write it again from
+    the course gradebook (no code runs)."""
+    if result.get("status") != "ok":
+        return
+    sub = gb.find_submission(result["assignment"], result["student"])
+    if all(g.manual_score is None for snb in sub.notebooks for g in snb.grades):
         return
     from memlab.autograde import course
 
@@ -174,27 +178,29 @@ def _feedback_with_decisions(api, result: dict) -> None:
                                  f"({type(exc).__name__})")
 
 
-def default_report_dir(cd) -> Path:
-    """autograder/work/class_report of the course: where grade-class writes without --out."""
-    return Path(cd.root) / "autograder" / "work" / "class_report"
+def _previous_summary(out: Path) -> dict:
+    """summary.json of the batch that last wrote the report in ``out`` ({} when none)."""
+    try:
+        before = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return before if isinstance(before, dict) else {}
 
 
-def refresh_report(config_path: str | Path | None = None, out: str | Path | None = None
-                   ) -> ClassReport | None:
+def refresh_report(config_path: str | Path | None = None, out: str | Path | None = None,
+                   api=None) -> ClassReport | None:
     """Write a class report again from its ledger and the gradebook, grading nothing (after
     an instructor's decision: ``reviews --set``). None when ``out`` holds no class report.
     The timing, workers and isolation of the batch that graded it are kept."""
     from memlab.autograde import course
 
-    api = course.make_api(config_path)
+    api = api or course.make_api(config_path)
     out = Path(out).expanduser().resolve() if out else default_report_dir(api.coursedir)
     ledger = _load_ledger(out / "ledger.jsonl")
     if not ledger:
         return None
-    try:
-        before = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        before = {}
+    decisions.adopt(api)  # a score set in formgrader since: a decision like reviews --set
+    before = _previous_summary(out)
     report = ClassReport(out=out, results=[e["result"] for _, e in sorted(ledger.items())],
                          seconds=float(before.get("seconds", 0.0)),
                          workers=int(before.get("workers", 0)),
@@ -440,12 +446,13 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         threads = kernel_threads(settings, n_local)
         jset = _job_settings(settings, threads)
         ledger_path = out / "ledger.jsonl"
-        ledger = _load_ledger(ledger_path) if settings.resume else {}
-        if not settings.resume and ledger_path.exists():
+        ledger = _load_ledger(ledger_path)
+        if not settings.resume and ledger:
             # grade again what this call covers; the rest of the report's ledger stays
             mine = {(f[0], f[1]) for f in found}
-            kept = [e for k, e in _load_ledger(ledger_path).items() if k not in mine]
-            ledger_path.write_text("".join(json.dumps(e) + "\n" for e in kept))
+            ledger_path.write_text("".join(json.dumps(e) + "\n" for k, e in ledger.items()
+                                           if k not in mine))
+            ledger = {}
         pending, results, refused = [], {}, []
         with Gradebook(cd.db_url, cd.course_id) as gb:
             for student, assignment, folder in found:
@@ -515,7 +522,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                             if ts_problem:
                                 res["reasons"].append(ts_problem)
                             res = merge_or_zero(gb, cd, job, res, ts)
-                            _feedback_with_decisions(api, res)
+                            _feedback_with_decisions(api, gb, res)
                             res.pop("files", None)
                             res.pop("log", None)
                             results[(job["student"], job["assignment"])] = res
@@ -541,11 +548,9 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
             results.setdefault(key, e["result"])
         seconds = time.monotonic() - t_start
         if not pending:  # nothing graded now: the report keeps the timing of the batch that did
-            try:
-                before = json.loads((out / "summary.json").read_text())
-                seconds, workers = float(before["seconds"]), int(before["workers"])
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
+            before = _previous_summary(out)
+            seconds = float(before.get("seconds", seconds))
+            workers = int(before.get("workers", workers))
         report = ClassReport(out=out, results=sorted(results.values(), key=lambda r: (r["student"], r["assignment"])),
                              seconds=seconds, workers=workers,
                              graded=len(pending), skipped=skipped, isolation=isolation,

@@ -133,10 +133,10 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                         per_question.setdefault((r["assignment"], snb.name, g.name), []).append(
                             (r["student"], min(1.0, float(g.score or 0) / float(g.max_score))))
     audits = _assignment_hooks(api, report.results)
-    decisions.adopt(api)  # a score set in formgrader is a decision like reviews --set
+    standing = decisions.load(api.coursedir)  # what the instructor decided (adopted by callers)
     for r in report.results:
         decided = {gid: d for (nb, gid), d in
-                   decisions.decided_cells(api.coursedir, r["student"], r["assignment"]).items()}
+                   decisions.decided_cells(standing, r["student"], r["assignment"]).items()}
         grade_ids = {gid for cells in r.get("grades", {}).values() for gid in cells}
         reason, review = _reason_text(r, decided)
         if r.get("late_seconds", 0) > 0:  # from timestamp.txt and the assignment's due date
