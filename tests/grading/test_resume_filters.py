@@ -2,7 +2,9 @@
 like any run, ``resume=False`` with a filter grades only those again and the ledger keeps the
 rest, and a run that grades nothing keeps the timing of the batch that did.
 
-Marked ``slow`` (kernels), in `make test`: 3 gradings of 00_setup, ~30 s on 2 cores.
+Also: Ctrl-C leaves no process and no temporary folder, and the rerun resumes.
+
+Marked ``slow`` (kernels), in `make test`: 7 gradings of 00_setup, ~80 s on 2 cores.
 """
 from __future__ import annotations
 
@@ -80,3 +82,65 @@ def test_the_roster_counts_a_missing_assignment_as_zero(tmp_path):
     lms = list(csv.DictReader(open(tmp_path / "lms.csv", newline="")))
     assert [(r["student_id"], r["assignment"], r["provisional"]) for r in lms] == [
         ("a", "00_setup", "no"), ("a", "04_accumulation", "yes"), ("b", "00_setup", "no")]
+
+
+def _session_processes(sid: int) -> list[str]:
+    """Command lines of the live processes of session ``sid`` (zombies excluded)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: the session id
+            found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_nothing_behind_and_the_rerun_resumes(tmp_path):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while a looping
+    submission is graded: exit 130 with one line and no traceback, no process of the command
+    alive, nothing left in the temp folder, and the rerun grades only what was missing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    api = make_course(tmp_path / "course", [A])
+    release, solution = course_notebooks(api, A)
+    cls, out, tmp = tmp_path / "class", tmp_path / "report", tmp_path / "tmp"
+    tmp.mkdir()
+    looping = with_solution_answers(release, solution)
+    answer = next(c for c in looping.cells if c.metadata.get("nbgrader", {}).get("solution")
+                  and not c.metadata["nbgrader"].get("grade") and c.cell_type == "code")
+    answer.source = "while True:\n    pass\n" + answer.source
+    for student, nb in (("a", with_solution_answers(release, solution)), ("b", looping)):
+        (cls / student / A).mkdir(parents=True)
+        nbformat.write(nb, cls / student / A / f"{A}.ipynb")
+    cmd = [sys.executable, "-m", "memlab.autograde", "--config",
+           str(Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"), "grade-class",
+           str(cls), "--out", str(out), "--workers", "1", "--cell-timeout", "15"]
+    env = dict(os.environ, TMPDIR=str(tmp))
+    p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not ((out / "ledger.jsonl").exists() and (out / "ledger.jsonl").read_text().strip()
+               and list(tmp.glob("memlab-grade-*/jobs/memlab-job-*"))):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.2)
+    time.sleep(2)                     # b's kernel is in its loop
+    os.killpg(p.pid, signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert "interrupted after 1 of 2" in stderr, stderr
+    time.sleep(1)
+    assert _session_processes(p.pid) == []
+    assert sorted(x.name for x in tmp.iterdir() if x.name.startswith("memlab")) == []
+    rerun = subprocess.run(cmd + ["--quiet"], env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "graded 1 submissions" in rerun.stdout, rerun.stdout
+    assert "1 already graded" in rerun.stdout, rerun.stdout

@@ -179,4 +179,133 @@ MUTANTS = [
         why=('blind round r3: explains the mechanism and the cost but leaves out when '
              'the trade is worth making (the question asks for it)'),
     ),
+    # ---------------------------------------------------------------- blind round r5 (issue 33)
+    Mutant(
+        id='b5_ckpt_ignores_segments',
+        cell='checkpointed_sequential',
+        find='        self.segments = len(layers) if segments is None else segments\n',
+        replace='        self.segments = len(layers)\n',
+        lose=('test_checkpointed_sequential_hidden',),
+        says='segment_bounds',
+        klass=0,
+        why=(
+            "blind r5: The visible test only uses segments=None; learners equate 'checkpoint "
+            "every layer' with the whole contract and never exercise k segments."
+        ),
+    ),
+    Mutant(
+        id='b5_ckpt_drops_kwargs',
+        cell='checkpointed_sequential',
+        find=(
+            'x = checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+            '**self.checkpoint_kwargs)'
+        ),
+        replace='x = checkpoint(self.layers[start:stop], x, use_reentrant=False)',
+        lose=('test_checkpointed_sequential_hidden',),
+        says='pass **checkpoint_kwargs on',
+        klass=0,
+        why=(
+            'blind r5: Learners store **kwargs in __init__ and forget to pass them on; with '
+            'the defaults nothing visibly breaks.'
+        ),
+    ),
+    Mutant(
+        id='b5_ckpt_last_segment_plain',
+        cell='checkpointed_sequential',
+        find=(
+            '        for start, stop in ml.checkpointing.segment_bounds(len(self.layers), '
+            'self.segments):\n            x = checkpoint(self.layers[start:stop], x, '
+            'use_reentrant=False, **self.checkpoint_kwargs)\n        return x\n'
+        ),
+        replace=(
+            '        bounds = ml.checkpointing.segment_bounds(len(self.layers), '
+            'self.segments)\n        for start, stop in bounds[:-1]:\n            x = '
+            'checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+            '**self.checkpoint_kwargs)\n        start, stop = bounds[-1]\n        return '
+            'self.layers[start:stop](x)  # last segment is needed first in backward anyway\n'
+        ),
+        lose=('test_checkpointed_sequential', 'test_checkpointed_sequential_hidden'),
+        says='the last one too',
+        klass=0,
+        why=(
+            'blind r5: torch.utils.checkpoint.checkpoint_sequential leaves its last segment '
+            'un-checkpointed, and learners copy that idea (notebook sec. 3 mentions it).'
+        ),
+    ),
+    Mutant(
+        id='b5_segments_plain_sqrt_n',
+        cell='choose_segments',
+        find='    k = round(math.sqrt(n_layers * layer_bytes / checkpoint_bytes))',
+        replace='    k = round(math.sqrt(n_layers))',
+        lose=('test_choose_segments', 'test_choose_segments_hidden'),
+        says='Weigh what a kept input costs',
+        klass=0,
+        why=(
+            "blind r5: Chen et al. 2016's headline result is k = sqrt(n); learners apply it "
+            'without noticing it assumes A = c.'
+        ),
+    ),
+    Mutant(
+        id='b5_segments_every_layer_if_bigger',
+        cell='choose_segments',
+        find='    k = round(math.sqrt(n_layers * layer_bytes / checkpoint_bytes))\n',
+        replace=(
+            '    if layer_bytes > checkpoint_bytes:\n        return n_layers  # a kept input '
+            'is cheaper than a layer: checkpoint every layer\n    k = round(math.sqrt(n_layers '
+            '* layer_bytes / checkpoint_bytes))\n'
+        ),
+        lose=('test_choose_segments_hidden',),
+        says='k should grow with sqrt(n * A/c)',
+        klass=0,
+        why=(
+            'blind r5: The notebook says libraries checkpoint every layer because inputs are '
+            'cheap; learners turn that into a rule that also fires when A is only slightly '
+            'above c (tanh chains).'
+        ),
+    ),
+    Mutant(
+        id='b5_cost_answer_always_worth',
+        cell='checkpointing_cost_answer',
+        find=(
+            'So it trades compute for memory: worth it only when memory is the binding '
+            'constraint, not\nwhen the model already fits.'
+        ),
+        replace=(
+            'So it trades compute for memory, and since GPU memory is always scarce it is '
+            'worth\nturning on by default.'
+        ),
+        lose=('test_checkpointing_cost_answer',),
+        says='worth it only when memory is the binding constraint',
+        klass=0,
+        why=(
+            'blind r5: Many tutorials present gradient checkpointing as a default switch (e.g. '
+            'gradient_checkpointing=True); notebook sec. 5 calls it the common mistake.'
+        ),
+    ),
+    Mutant(
+        id='b5_policy_op_not_packet',
+        cell='save_matmuls_policy',
+        find='    if op.overloadpacket in MATMULS:',
+        replace='    if op in MATMULS:',
+        lose=('test_save_matmuls_policy',),
+        says='not the packet',
+        klass=0,
+        why=(
+            'blind r5: The policy receives aten.mm.default, MATMULS holds aten.mm; the '
+            'difference between OpOverload and OpOverloadPacket is easy to miss.'
+        ),
+    ),
+    Mutant(
+        id='b5_policy_name_substring',
+        cell='save_matmuls_policy',
+        find='    if op.overloadpacket in MATMULS:',
+        replace='    if "mm" in str(op):',
+        lose=('test_save_matmuls_policy',),
+        says='is not one of the packets',
+        klass=0,
+        why=(
+            'blind r5: String matching on op names is a common shortcut in policy examples '
+            'found online.'
+        ),
+    ),
 ]

@@ -188,4 +188,163 @@ MUTANTS = [
         why=('blind round r3: leaves out what the scaler does when the scaled '
              'gradients overflow (skip the step, halve the scale)'),
     ),
+    # ---------------------------------------------------------------- blind round r5 (issue 33)
+    Mutant(
+        id='b5_underflow_subnormal_threshold',
+        cell='fp16_underflow_fraction',
+        find='    vanished = ((grads.float() * scale).to(torch.float16) == 0) & nonzero',
+        replace='    vanished = ((grads.float() * scale).abs() < 2.0**-24) & nonzero',
+        lose=('test_fp16_underflow_fraction_hidden',),
+        says="rounding is the hardware's",
+        klass=0,
+        why=(
+            "blind r5: The notebook quotes 2^-24 as fp16's bottom; learners compare against it "
+            'instead of converting, forgetting round-to-nearest.'
+        ),
+    ),
+    Mutant(
+        id='b5_underflow_cast_before_scale',
+        cell='fp16_underflow_fraction',
+        find='    vanished = ((grads.float() * scale).to(torch.float16) == 0) & nonzero',
+        replace='    vanished = ((grads.to(torch.float16) * scale) == 0) & nonzero',
+        lose=('test_fp16_underflow_fraction', 'test_fp16_underflow_fraction_hidden'),
+        says='multiply by the scale before converting',
+        klass=0,
+        why=(
+            'blind r5: Order of operations: learners scale the fp16 values, not realising the '
+            'scale must be applied before 16-bit storage.'
+        ),
+    ),
+    Mutant(
+        id='b5_fwd_loss_outside_autocast',
+        cell='forward_loss',
+        find='        outputs = model(inputs)\n        loss = loss_fn(outputs, targets)\n',
+        replace='        outputs = model(inputs)\n    loss = loss_fn(outputs, targets)\n',
+        lose=('test_forward_loss_hidden',),
+        says='compute it inside the autocast block',
+        klass=0,
+        why=(
+            'blind r5: Some guides say to run only the forward under autocast; with a residual '
+            'fp32 output nothing breaks, but a 16-bit output gives a 16-bit loss.'
+        ),
+    ),
+    Mutant(
+        id='b5_fwd_casts_inputs',
+        cell='forward_loss',
+        find=(
+            '    with torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype != '
+            'torch.float32):\n'
+        ),
+        replace=(
+            '    inputs = inputs.to(dtype)  # feed the model 16-bit data\n    with '
+            'torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype != '
+            'torch.float32):\n'
+        ),
+        lose=('test_forward_loss_hidden',),
+        says='do not convert the batch',
+        klass=0,
+        why=(
+            'blind r5: Learners think mixed precision means converting the data; the residual '
+            'stream then runs in 16 bits instead of fp32.'
+        ),
+    ),
+    Mutant(
+        id='b5_fwd_hardcoded_cuda',
+        cell='forward_loss',
+        find=(
+            '    with torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype != '
+            'torch.float32):\n'
+        ),
+        replace=(
+            '    with torch.autocast(device_type="cuda", dtype=dtype, enabled=dtype != '
+            'torch.float32):\n'
+        ),
+        lose=('test_forward_loss', 'test_forward_loss_hidden'),
+        says="hard-coded to 'cuda'",
+        klass=3,
+        why=(
+            "blind r5: Copied from GPU tutorials (torch.autocast('cuda')); works on the GPU, "
+            'silently fp32 with a warning on a CPU.'
+        ),
+    ),
+    Mutant(
+        id='b5_amp_clip_before_unscale',
+        cell='amp_step',
+        find=(
+            '    scaler.unscale_(optimizer)\n    '
+            'torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n'
+        ),
+        replace=(
+            '    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    '
+            'scaler.unscale_(optimizer)\n'
+        ),
+        lose=('test_amp_matches_fp32', 'test_amp_matches_fp32_hidden'),
+        says='order of the calls',
+        klass=0,
+        why=(
+            "blind r5: The AMP examples warn about it ('Gradient clipping'); learners put "
+            'clipping right after backward as in fp32 loops.'
+        ),
+    ),
+    Mutant(
+        id='b5_amp_hardcoded_fp16',
+        cell='amp_step',
+        find='    loss = forward_loss(model, batch, loss_fn, device=device, dtype=dtype)',
+        replace=(
+            '    loss = forward_loss(model, batch, loss_fn, device=device, dtype=torch.float16)'
+        ),
+        lose=('test_amp_step_hidden',),
+        says='pass the dtype you are given',
+        klass=0,
+        why=(
+            'blind r5: Learners associate GradScaler with fp16 and hard-code it; the visible '
+            'tests only run fp16.'
+        ),
+    ),
+    Mutant(
+        id='b5_amp_loss_not_scaled',
+        cell='amp_step',
+        find='    scaler.scale(loss).backward()',
+        replace='    loss.backward()',
+        lose=('test_amp_matches_fp32', 'test_amp_matches_fp32_hidden'),
+        says='scaler.scale(loss',
+        klass=0,
+        why=(
+            'blind r5: Learners add the scaler calls around the step but keep their old '
+            'loss.backward().'
+        ),
+    ),
+    Mutant(
+        id='b5_amp_no_update',
+        cell='amp_step',
+        find='    scaler.update()\n',
+        replace='',
+        lose=('test_amp_matches_fp32', 'test_amp_step'),
+        says='scaler.update() is missing',
+        klass=0,
+        why=(
+            'blind r5: Forgotten last line of the recipe; without it the scale never adapts '
+            '(notebook exercise 3 of sec. 3).'
+        ),
+    ),
+    Mutant(
+        id='b5_answer_bf16_precision',
+        cell='loss_scaling_answer',
+        find=(
+            "bf16 keeps fp32's 8 exponent bits, so it has the same range and small\ngradients "
+            'do not underflow; it pays with less precision (7 mantissa bits), so no scaler is\n'
+            'needed.'
+        ),
+        replace=(
+            'bf16 has more mantissa bits than fp16, so it is more precise and small\ngradients '
+            'do not underflow, so no scaler is\nneeded.'
+        ),
+        lose=('test_loss_scaling_answer',),
+        says='bf16 is more precise than fp16',
+        klass=0,
+        why=(
+            'blind r5: Range vs precision is the classic confusion between the two 16-bit '
+            'formats.'
+        ),
+    ),
 ]

@@ -202,4 +202,155 @@ MUTANTS = [
         why=('blind round r3: says the batch comes last but not why (training '
              'dynamics, learning rate, utilization)'),
     ),
+    # ---------------------------------------------------------------- blind round r5 (issue 33)
+    Mutant(
+        id='b5_job_accum_without_ckpt',
+        cell='configure_job',
+        find=(
+            '    split = [ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=m, '
+            'accumulation_steps=E // m)'
+        ),
+        replace=(
+            '    split = [ml.oom.JobConfig(amp=True, checkpoint=False, micro_batch=m, '
+            'accumulation_steps=E // m)'
+        ),
+        lose=('test_configure_hidden',),
+        says='checkpointing comes before accumulation',
+        klass=4,
+        why=(
+            'blind r5: Learners treat the remedies as alternatives rather than cumulative; '
+            'tight budget then picks a much smaller micro-batch without checkpointing.'
+        ),
+    ),
+    Mutant(
+        id='b5_job_smallest_micro_first',
+        cell='configure_job',
+        find='             for m in range(E - 1, 0, -1) if E % m == 0]',
+        replace='             for m in range(1, E) if E % m == 0]',
+        lose=('test_configure_hidden',),
+        says='take the largest micro-batch that fits',
+        klass=4,
+        why=(
+            'blind r5: Ascending ranges are the default habit; micro-batch 1 always fits, so '
+            'it wins and wastes throughput.'
+        ),
+    ),
+    Mutant(
+        id='b5_job_non_divisor_micro',
+        cell='configure_job',
+        find='             for m in range(E - 1, 0, -1) if E % m == 0]',
+        replace='             for m in range(E - 1, 0, -1)]',
+        lose=('test_configure_hidden', 'test_configure_tight'),
+        says='lowers the batch',
+        klass=0,
+        why=(
+            'blind r5: E // m hides the remainder; learners do not check micro_batch * '
+            'accumulation_steps == effective_batch.'
+        ),
+    ),
+    Mutant(
+        id='b5_job_lowers_batch_silently',
+        cell='configure_job',
+        find=(
+            '    raise RuntimeError(f"no configuration fits {ml.fmt_bytes(budget_bytes)} '
+            'without lowering the "\n                       "batch: only now consider a '
+            'smaller batch (and retune the learning rate)")\n'
+        ),
+        replace=(
+            '    return ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=1, '
+            'accumulation_steps=1)\n'
+        ),
+        lose=('test_configure_hidden',),
+        says='nothing fits this budget',
+        klass=0,
+        why=(
+            'blind r5: Reflex of shrinking the batch on OOM; the contract says to raise, and '
+            'the visible budgets always fit.'
+        ),
+    ),
+    Mutant(
+        id='b5_job_ckpt_before_amp',
+        cell='configure_job',
+        find='             ml.oom.JobConfig(amp=True, checkpoint=False, micro_batch=E),',
+        replace='             ml.oom.JobConfig(amp=False, checkpoint=True, micro_batch=E),',
+        lose=('test_configure_hidden', 'test_configure_loose'),
+        says='mixed precision comes first',
+        klass=4,
+        why=(
+            'blind r5: Checkpointing is the best-known memory trick; learners reach for it '
+            'before the cheaper mixed precision.'
+        ),
+    ),
+    Mutant(
+        id='b5_job_hardcoded_batch16',
+        cell='configure_job',
+        find='    E = spec.effective_batch',
+        replace="    E = 16  # the job's effective batch",
+        lose=('test_configure_hidden',),
+        says='larger than the effective batch',
+        klass=0,
+        why=(
+            "blind r5: The notebook's job always has 16 sequences per step; learners bake in "
+            'the number they see.'
+        ),
+    ),
+    Mutant(
+        id='b5_job_skips_micro_batch_1',
+        cell='configure_job',
+        find='             for m in range(E - 1, 0, -1) if E % m == 0]',
+        replace='             for m in range(E - 1, 1, -1) if E % m == 0]',
+        lose=('test_configure_hidden',),
+        says='down to micro-batch 1',
+        klass=4,
+        why="blind r5: Off-by-one on range's exclusive stop when counting down.",
+    ),
+    Mutant(
+        id='b5_job_float_accum_steps',
+        cell='configure_job',
+        find='accumulation_steps=E // m)',
+        replace='accumulation_steps=E / m)',
+        lose=('test_configure_hidden', 'test_configure_tight'),
+        says='must be a positive int',
+        klass=0,
+        why='blind r5: True division by habit; JobConfig wants plain ints.',
+    ),
+    Mutant(
+        id='b5_oom_answer_batch_anytime',
+        cell='oom_answer',
+        find=(
+            'Reducing the batch is\nthe last resort: it changes the training dynamics, needs a '
+            'retuned learning rate and leaves\nthe GPU underutilized.'
+        ),
+        replace=(
+            'Reducing the batch is\nalso a quick and harmless fix that can be tried at any '
+            'point.'
+        ),
+        lose=('test_oom_answer',),
+        says='put the smaller batch last',
+        klass=0,
+        why=(
+            'blind r5: Halving the batch is the reflex fix for OOM on forums; learners do not '
+            'see it changes the training.'
+        ),
+    ),
+    Mutant(
+        id='b5_oom_answer_ckpt_free',
+        cell='oom_answer',
+        find=(
+            "use gradient checkpointing: keep each block's input and recompute the rest in "
+            'the\nbackward pass, trading extra compute (about 30% more time) for memory; when '
+            'memory is not\nbinding it only slows training.'
+        ),
+        replace=(
+            'use gradient checkpointing: it frees the activations of each block at no extra '
+            'cost.'
+        ),
+        lose=('test_oom_answer',),
+        says='say what checkpointing costs',
+        klass=0,
+        why=(
+            "blind r5: Checkpointing is often sold as 'free memory'; the recomputation cost is "
+            'forgotten.'
+        ),
+    ),
 ]

@@ -203,4 +203,164 @@ MUTANTS = [
            says='free each gradient in its hook', klass=1,
            why=('blind r3, side effect: keeps a reference to each gradient (for logging) '
                 'before freeing .grad, so the tensors stay alive')),
+    # ---------------------------------------------------------------- blind round r5 (issue 33)
+    Mutant(
+        id='b5_attn_explicit_mask',
+        cell='causal_attention',
+        find='    return F.scaled_dot_product_attention(q, k, v, is_causal=True)',
+        replace=(
+            '    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, '
+            'device=q.device).tril()\n    return F.scaled_dot_product_attention(q, k, v, '
+            'attn_mask=mask)'
+        ),
+        lose=('test_causal_attention', 'test_causal_attention_hidden'),
+        says='is_causal=True',
+        klass=0,
+        why=(
+            'blind r5: Porting GPT-2 code keeps the explicit mask buffer; the notebook warns '
+            'it costs 4*s^2 bytes.'
+        ),
+    ),
+    Mutant(
+        id='b5_attn_force_flash_backend',
+        cell='causal_attention',
+        find='    return F.scaled_dot_product_attention(q, k, v, is_causal=True)',
+        replace=(
+            '    with '
+            'torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):\n  '
+            '      return F.scaled_dot_product_attention(q, k, v, is_causal=True)'
+        ),
+        lose=('test_causal_attention_hidden',),
+        says='flash has no fp32 kernel',
+        klass=3,
+        why=(
+            "blind r5: Learners force 'the fused kernel' to be sure (notebook exercise 2 shows "
+            "sdpa_kernel); it raises 'No available kernel' for fp32 on CUDA."
+        ),
+    ),
+    Mutant(
+        id='b5_lora_init_swapped',
+        cell='lora_linear',
+        find=(
+            '        self.A = nn.Parameter(torch.randn(rank, base.in_features, '
+            'device=w.device, dtype=w.dtype) / rank)\n        self.B = '
+            'nn.Parameter(torch.zeros(base.out_features, rank, device=w.device, '
+            'dtype=w.dtype))\n'
+        ),
+        replace=(
+            '        self.A = nn.Parameter(torch.zeros(rank, base.in_features, '
+            'device=w.device, dtype=w.dtype))\n        self.B = '
+            'nn.Parameter(torch.randn(base.out_features, rank, device=w.device, dtype=w.dtype) '
+            '/ rank)\n'
+        ),
+        lose=('test_lora_linear_hidden',),
+        says='B is zeros',
+        klass=0,
+        why=(
+            'blind r5: Either choice makes B A zero at init; Hu et al. 2021 initialise A '
+            'random and B zero, which learners mix up.'
+        ),
+    ),
+    Mutant(
+        id='b5_lora_scale_alpha',
+        cell='lora_linear',
+        find='self.rank, self.scale = rank, alpha / rank',
+        replace='self.rank, self.scale = rank, alpha',
+        lose=('test_lora_linear_hidden',),
+        says='(alpha / rank)',
+        klass=0,
+        why=(
+            'blind r5: lora_alpha is often read as the scale itself; the division by r is '
+            'forgotten.'
+        ),
+    ),
+    Mutant(
+        id='b5_lora_cpu_fp32_params',
+        cell='lora_linear',
+        find=(
+            '        self.A = nn.Parameter(torch.randn(rank, base.in_features, '
+            'device=w.device, dtype=w.dtype) / rank)\n        self.B = '
+            'nn.Parameter(torch.zeros(base.out_features, rank, device=w.device, '
+            'dtype=w.dtype))\n'
+        ),
+        replace=(
+            '        self.A = nn.Parameter(torch.randn(rank, base.in_features) / rank)\n       '
+            ' self.B = nn.Parameter(torch.zeros(base.out_features, rank))\n'
+        ),
+        lose=('test_lora_linear_hidden',),
+        says="base weight's dtype",
+        klass=3,
+        why=(
+            'blind r5: Factory calls default to CPU/fp32; works on a laptop, fails on CUDA or '
+            'with a bf16 base layer.'
+        ),
+    ),
+    Mutant(
+        id='b5_state_assumes_fp32',
+        cell='predict_state_bytes',
+        find='        size = p.element_size()',
+        replace='        size = 4  # fp32: 4 bytes per number',
+        lose=('test_predict_state_bytes_hidden',),
+        says="moments in the parameter's dtype",
+        klass=0,
+        why='blind r5: The table quotes bytes per fp32 parameter; learners hard-code 4.',
+    ),
+    Mutant(
+        id='b5_state_counts_frozen',
+        cell='predict_state_bytes',
+        find='        if not p.requires_grad:\n            continue\n',
+        replace='',
+        lose=('test_predict_state_bytes_hidden',),
+        says='count trainable parameters only',
+        klass=0,
+        why=(
+            'blind r5: Looping over model.parameters() is habit; the visible model has no '
+            'frozen layer.'
+        ),
+    ),
+    Mutant(
+        id='b5_state_step_in_param_dtype',
+        cell='predict_state_bytes',
+        find='            total += 2 * p.numel() * size + 4',
+        replace='            total += 2 * p.numel() * size + size',
+        lose=('test_predict_state_bytes_hidden',),
+        says='4-byte step counters',
+        klass=0,
+        why=(
+            'blind r5: Assuming all optimizer state follows the parameter dtype; only the '
+            'moments do.'
+        ),
+    ),
+    Mutant(
+        id='b5_fuse_frozen_not_skipped',
+        cell='fuse_optimizer_into_backward',
+        find=(
+            '        if p.requires_grad:\n            optimizers[p] = make_optimizer([p])\n    '
+            '        p.register_post_accumulate_grad_hook(step_and_free)\n'
+        ),
+        replace=(
+            '        optimizers[p] = make_optimizer([p])\n        '
+            'p.register_post_accumulate_grad_hook(step_and_free)\n'
+        ),
+        lose=('test_fuse_optimizer_into_backward_hidden',),
+        says='only to parameters that require grad',
+        klass=0,
+        why=(
+            'blind r5: The PyTorch tutorial loops over model.parameters() of a fully trainable '
+            'model; the contract says trainable parameters only.'
+        ),
+    ),
+    Mutant(
+        id='b5_fuse_grad_not_freed',
+        cell='fuse_optimizer_into_backward',
+        find='        optimizers[param].zero_grad(set_to_none=True)\n',
+        replace='',
+        lose=('test_fuse_optimizer_into_backward', 'test_fuse_optimizer_into_backward_hidden'),
+        says='set_to_none=True',
+        klass=0,
+        why=(
+            'blind r5: Without the usual zero_grad at the top of the loop, learners forget '
+            'that someone must still clear the gradient.'
+        ),
+    ),
 ]

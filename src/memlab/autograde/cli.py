@@ -154,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NbgraderError, RuntimeError, FileNotFoundError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: grade-class said what it kept; no traceback
+        if args.command != "grade-class":
+            print("interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -103,7 +103,7 @@ from memlab.autograde.batch.intake import (  # noqa: F401
     _safe_extract, _timestamp, _write_tree, arrange_flat, audit_check, find_layout,
     structure_check)
 from memlab.autograde.batch.jobs import (  # noqa: F401
-    _slim_gradebook, course_bundle, grade_job, make_job)
+    _slim_gradebook, course_bundle, grade_job, make_job, remove_job_folders)
 from memlab.autograde.batch.merge import (  # noqa: F401
     _merge, _merge_retrying, gradebook_integrity, validate_result)
 from memlab.autograde.batch.report import (  # noqa: F401
@@ -445,6 +445,8 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         n_local = max(1, min(settings.workers or os.cpu_count() or 1, len(found)))
         threads = kernel_threads(settings, n_local)
         jset = _job_settings(settings, threads)
+        jset["job_root"] = str(tmp / "jobs")  # removed below, whatever happens to the workers
+        (tmp / "jobs").mkdir()
         ledger_path = out / "ledger.jsonl"
         ledger = _load_ledger(ledger_path)
         if not settings.resume and ledger:
@@ -561,4 +563,5 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         _write_report(api, report, ignored)
         return report
     finally:
+        remove_job_folders(tmp / "jobs", settings.job_pids_max)
         shutil.rmtree(tmp, ignore_errors=True)

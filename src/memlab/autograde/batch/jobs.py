@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import shutil
 import sqlite3
@@ -77,6 +78,22 @@ def make_job(student: str, assignment: str, files: dict[str, bytes], course: Any
             "settings": settings, "digest": h.hexdigest()[:24]}
 
 
+def remove_job_folders(root: Path, pids_max: int = 0, limit_s: float = 5.0) -> None:
+    """Remove the batch's job folders and ``root``: after an interrupt, the workers that would
+    have removed their own were killed. Every process still in a job's cgroup is killed first;
+    a folder a dying process still writes into is tried again for up to ``limit_s`` seconds."""
+    root = Path(root)
+    if pids_max and root.is_dir():
+        for jobdir in root.iterdir():
+            cgroup.empty(jobdir.name)
+    deadline = time.monotonic() + limit_s
+    while root.exists():
+        shutil.rmtree(root, ignore_errors=True)
+        if not root.exists() or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
 def grade_job(job: dict) -> dict:
     """Grade one submission; pure data in (see :func:`make_job`), pure data out.
 
@@ -86,7 +103,11 @@ def grade_job(job: dict) -> dict:
     Never raises for a bad submission. Safe to call from any executor (process pool, Dask)."""
     t0 = time.monotonic()
     s = job["settings"]
-    jobdir = Path(tempfile.mkdtemp(prefix="memlab-job-"))
+    # Under the batch's own folder where it exists here (the batch removes it, and whatever a
+    # killed worker left in it, when it ends or is interrupted), else the system's temp folder.
+    root = s.get("job_root")
+    jobdir = Path(tempfile.mkdtemp(prefix="memlab-job-",
+                                   dir=root if root and os.path.isdir(root) else None))
     handle = None
     try:
         with open(jobdir / "job.pkl", "wb") as fh:
