@@ -1,5 +1,5 @@
 """A blind round of written answers, graded: one record per answer with its score, whether it
-is provisional and whether it lands in the writer's band (tests/grading/test_answer_blind_r*.py).
+is provisional and whether it lands in the writer's band (tests/grading/test_answer_blind.py).
 Each line of a round's JSONL file: rubric, class, band [lo, hi], answer (and a note)."""
 from __future__ import annotations
 

@@ -178,7 +178,13 @@ OOM_BEFORE_BATCH = Rubric(
             r"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision)"
             r"[^.]*?(?: \. [^.]*?)? (?:weights|parameters|model states|optimi[sz]er states?|moments) "
             rf"{G(3, negations=False)}"
-            r"(?:halv\w*|shrink\w*|take (?:2|two) bytes|(?:are|is) (?:2|two) bytes)",
+            r"(?:halv\w*|shrink\w*|take (?:2|two) bytes|(?:are|is) (?:2|two) bytes|"
+            r"(?:go|goes|drop\w*|fall\w*|shrink\w*) to (?:2|two) bytes|"
+            r"(?:stored|kept|held) in (?:2|two) bytes)",
+            # "mixed precision, which halves every consumer": all memory, the weights included
+            r"(?:mixed precision|bf16|fp16|autocast|amp|16 bit|half precision|lower precision)"
+            r"[^.]*? (?:halv\w*|cuts? in half) (?:every|all|each) (?:of the )?(?:consumers?|memory|"
+            r"kinds?|parts?|tensors?|things?|buffers?)\b",
         ), 0.3, "under autocast the weights stay fp32, and so do their gradients and Adam's two "
                 "moments (notebook 03): mixed precision shrinks the activations"),
         Misconception("confuses gradient checkpointing with saving checkpoints to disk", (
@@ -823,7 +829,8 @@ ALLOCATED_VS_RESERVED = Rubric(
             rf"(?:go|goes|went|returned|given|handed|back) {G(3)}(?:cache|pool)",
             rf"(?:not|never|instead of|rather than) {G(2)}(?:returned |given back |handed back |back )?"
             r"(?:to|into) (?:the )?(?:driver|gpu|os|cuda)",
-            r"(?:the|a|its|pytorch) cache",
+            r"(?<!kv )(?<!key value )(?<!kv cache )(?:the|a|its|pytorch) cache(?! (?:by|of keys|"
+            r"of k|holds? (?:the )?keys?|keeps? (?:the )?keys?|grows|of past))",
             rf"(?:keep|keeps|kept|hold|holds|held|retain\w*|cach\w*) {G(4)}(?:freed|free|unused|"
             rf"released|deleted|empty) {G(2)}(?:blocks?|memory|segments?|chunks?|space)",
             rf"(?:freed|free|unused|released) (?:blocks?|memory|segments?) {G(4)}(?:kept|held|cached|"
@@ -1008,6 +1015,18 @@ SHARDING_WHEN_WHY = Rubric(
             r"times less memory",
         ), 0.35, "data parallelism copies the whole model state onto every GPU; only sharding "
                  "divides it"),
+        Misconception("says ZeRO-3 costs no more communication than DDP, or ZeRO-1 the most", (
+            rf"(?:zero 3|zero stage 3|stage 3|fsdp) {G(4)}no (?:more|extra|additional) (?:traffic|"
+            r"communication|bandwidth|volume) than",
+            rf"(?:zero 3|zero stage 3|stage 3|fsdp) {G(4)}(?:the )?same (?:traffic|communication|"
+            rf"volume|bandwidth) (?:as|than) {G(2)}(?:ddp|data parallel\w*|all ?reduce)",
+            rf"(?:communication|traffic|bandwidth) {G(3)}(?:highest|largest|biggest|the most|worst|"
+            rf"greatest) {G(2)}(?:for|with|in|at) (?:zero 1|zero stage 1|stage 1)\b",
+            rf"(?:zero 1|zero stage 1|stage 1) {G(4)}(?:the )?(?:most|highest|largest) "
+            r"(?:traffic|communication|bandwidth)",
+        ), 0.3, "ZeRO-1 and ZeRO-2 move about what DDP's all-reduce moves (2x the parameters per "
+                "step); ZeRO-3/FSDP gathers the weights again in backward, about 1.5x DDP "
+                "(Rajbhandari et al. 2020)"),
         Misconception("says sharding is free (no extra communication)", (
             rf"(?:shard\w*|zero|fsdp|it) {G(4)}(?:is|are|comes) {G(2)}free\b(?! (?:up|memory))",
             r"(?:no|without|zero) (?:extra |additional |any )?(?:communication|overhead|cost)",
@@ -1556,8 +1575,9 @@ class Direction:
 DIRECTIONS = (
     Direction(
         "says GradScaler grows the scale, or still steps, on an overflow",
-        (rf"(?:inf|nan|infinit\w*|overflow\w*) {G(6)}(?:doubl\w*|increas\w*|rais\w*|grows?) "
-         rf"{G(2)}(?:it|the scale|scale|s)\b",
+        # "when it finds an inf, it doubles the scale": a condition's comma, then the claim
+        (rf"(?:inf|nan|infinit\w*|overflow\w*) {G(6)}(?:, {G(3)})?(?:doubl\w*|increas\w*|rais\w*|"
+         rf"grows?) {G(2)}(?:it|the scale|scale|s)\b",
          rf"(?:inf|nan|infinit\w*|overflow\w*) {G(6)}(?:still|anyway) (?:applies|takes|does|runs|"
          rf"performs) {G(2)}(?:the )?(?:step|update)"),
         "on inf or NaN GradScaler skips the step and halves the scale; it doubles the scale only "
@@ -1601,7 +1621,7 @@ DIRECTIONS = (
     Direction(
         "says the scaler raises the scale when it finds an overflow",
         (r"(?:overflow\w*|inf\w*|nan\w*|infs or nans|inf or nan) "
-         rf"{G(5)}(?:doubl|increas|rais|grow)\w* {G(2)}(?:the )?(?:loss )?scal\w*",
+         rf"{G(5)}(?:, {G(3)})?(?:doubl|increas|rais|grow)\w* {G(2)}(?:the )?(?:loss )?scal\w*",
          rf"(?:the )?scale (?:is |gets )?(?:doubled|increased|raised) {G(3)}"
          r"(?:on|after|when|if) {G(2)}(?:an )?(?:overflow\w*|inf\w*|nan\w*)"),
         "on an inf/NaN the scaler skips the step and HALVES the scale; it grows the scale "

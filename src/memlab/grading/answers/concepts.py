@@ -71,11 +71,11 @@ __all__ = ["Concept", "Misconception", "Rubric", "grade_rubric", "normalize", "g
 def gap(n: int, avoid: Iterable[str] = (), negations: bool = False) -> str:
     """Regex for up to ``n`` words between two parts of a pattern, within one clause.
 
-    The gap never crosses a negation ("not", "no", "never", "without", "nor") unless
+    The gap never crosses a negation ("not", "no", "never", "without", "nor", "non") unless
     ``negations=True``, nor a word in ``avoid``: ``rf"bf16 {gap(2)}needs {gap(2)}scaler"``
     matches "bf16 also needs a scaler" but not "bf16 needs no scaler".
     """
-    stop = [*(() if negations else ("not", "no", "never", "without", "nor")), *avoid]
+    stop = [*(() if negations else ("not", "no", "never", "without", "nor", "non")), *avoid]
     guard = f"(?!(?:{'|'.join(map(re.escape, stop))}) )" if stop else ""
     return rf"(?:{guard}[^ ,.]+ ){{0,{int(n)}}}"
 
@@ -190,6 +190,8 @@ def _purpose(words: list[str]) -> bool:
 def _denied(text: str, start: int) -> bool:
     """A negation reaches the phrase at ``start`` (see the module docstring)."""
     words = text[:start].split()
+    if words and words[-1] == "non":        # "non linear", "non-linear": the word's opposite
+        return True
     seen = 0
     crossed = subject = False
     for i in range(len(words) - 1, -1, -1):

@@ -1,0 +1,198 @@
+"""The written-answer grader against the BLIND rounds of issue 32 (tests/grading/data/
+answers_blind_rN.jsonl): per round, 10-12 classes x the 10 rubrics, written by a helper that read
+the questions, the notebooks, REFERENCE.md and the course brief, but never the grader, its
+patterns, the corpora or the earlier rounds; band: the fraction of the points a strict but fair
+instructor gives, the writer's label, fixed before any scoring. Each round is measured ONCE
+before any tuning on it, then it is development data (the next round is written fresh); the
+tests keep each round's figures from falling back. Graded here without the notebooks'
+``require=`` (07's questions have none): the stricter of the two readings of a partial answer.
+
+r3 (110 answers, 11 classes; first look 2026-12-03, the grader of dd22ea9):
+    decided in band 40/59 67.8%, provisional 51/110 46.4%, wrong class decided above 0.2: 2,
+    one-false-claim decided above its band: 4, strong decided below 0.7: 0.
+    Tuned on: the length rule, list forms, the topic rule, facts with a direction, wrong claims
+    in the question's words.
+r4 (120 answers, 12 classes; first look 2026-12-03, the grader of bb6e300):
+    decided in band 37/57 64.9%, provisional 52.5%, wrong class decided above 0.2: 2,
+    one-false-claim decided above its band: 7 of 10 (all at 1.00, unflagged), strong below 0.7: 1.
+    Tuned on: hard-wrapped prose is not a list, one false phrase loses points once, the course's
+    numbers per question (bank.FACTS) and true claims (bank.TRUE_CLAIMS) are known, a pattern
+    vouches only for the decisive words it names, "already"/"quadratic"/"enough" are decisive,
+    LayerNorm breaking accumulation and GradScaler growing the scale are misconceptions.
+r5 (120 answers, 12 classes; first look 2026-12-04, the grader of 7649378):
+    decided in band 46/60 76.7% (78.0% with the notebooks' require=), provisional 50.0%, wrong
+    class decided above 0.2: 2, one-false-claim decided above its band: 3, strong below 0.7: 0;
+    the misses: 7 partial answers decided near full marks, 3 one-false-claim at 0.9-1.0.
+    Tuned on (classes, not the sentences): a condition's comma before the claim ("when it finds
+    an inf, it doubles the scale"), "non" before a word is its opposite ("non-linear"), a KV
+    cache is not the caching allocator, "mixed precision halves every consumer" and "the
+    states go to 2 bytes", ZeRO-3's traffic said to be DDP's. After: 47/56 83.9%, provisional
+    53.3%, one-false-claim above band 0 (r3 and r4 unchanged). Partial answers are the open
+    class: a question's part left out is caught only where a notebook names its parts.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from answer_rounds import figures, grade_round, show  # tests/
+from memlab.grading.answers.grade import RUBRICS, grade_text
+
+DATA = Path(__file__).resolve().parent / "data"
+pytestmark = pytest.mark.xdist_group("answer_corpus")
+
+
+@dataclass(frozen=True)
+class Round:
+    """A blind round and where it stands now (floors, not the issue's targets: 97% decided in
+    band and at most 25% provisional are not met)."""
+    name: str
+    classes: int
+    wrong: tuple[str, ...]           # classes that deserve at most a fifth
+    strong: tuple[str, ...]          # classes that deserve at least 0.7
+    decided_in_band: float
+    provisional: float
+    wrong_above_a_fifth: int
+    strong_below_0_7: int
+    one_false_claim_above_band: int
+
+
+_WRONG = ("confidently-wrong", "negated", "keyword-salad", "off-topic")
+_STRONG = ("strong-unusual-wording", "strong-terse", "typos", "strong-long")
+ROUNDS = {r.name: r for r in (
+    Round("r3", 11, ("confidently-wrong-keywords", *_WRONG[1:]), _STRONG[:3], 0.92, 0.50, 0, 0, 1),
+    Round("r4", 12, _WRONG, _STRONG, 0.72, 0.51, 2, 1, 3),
+    Round("r5", 12, _WRONG, _STRONG, 0.83, 0.54, 0, 0, 0),
+)}
+
+
+@pytest.fixture(scope="module", params=sorted(ROUNDS))
+def graded(request) -> tuple[Round, list[dict]]:
+    return ROUNDS[request.param], grade_round(DATA / f"answers_blind_{request.param}.jsonl")
+
+
+def _table(graded: list[dict]) -> str:
+    rows = defaultdict(lambda: [0, 0, 0])       # answers, provisional, decided in band
+    for g in graded:
+        for key in (g["rubric"], g["class"]):
+            rows[key][0] += 1
+            rows[key][1] += g["provisional"]
+            rows[key][2] += (not g["provisional"]) and g["in_band"]
+    return "\n".join(f"  {k:28s} {n:3d} answers, {p:3d} provisional, {ok:3d}/{n - p:3d} decided "
+                     "in band" for k, (n, p, ok) in sorted(rows.items()))
+
+
+def test_every_round_is_here():
+    assert sorted(ROUNDS) == sorted(p.stem.rsplit("_", 1)[1]
+                                    for p in DATA.glob("answers_blind_r*.jsonl"))
+
+
+def test_the_round_covers_every_rubric_and_class(graded):
+    rnd, rows = graded
+    assert len(rows) == 10 * rnd.classes
+    per = defaultdict(set)
+    for g in rows:
+        per[g["rubric"]].add(g["class"])
+    assert set(per) == set(RUBRICS) and all(len(c) == rnd.classes for c in per.values()), dict(per)
+
+
+def test_wrong_classes_decided_above_a_fifth_stay_few(graded):
+    rnd, rows = graded
+    high = [g for g in rows if g["class"] in rnd.wrong and not g["provisional"] and g["score"] > 0.2]
+    assert len(high) <= rnd.wrong_above_a_fifth, show(high)
+
+
+def test_strong_answers_decided_below_0_7_stay_few(graded):
+    rnd, rows = graded
+    low = [g for g in rows if g["class"] in rnd.strong and not g["provisional"] and g["score"] < 0.7]
+    assert len(low) <= rnd.strong_below_0_7, show(low)
+
+
+def test_one_false_claim_is_mostly_sent_to_review_or_marked_down(graded):
+    rnd, rows = graded
+    high = [g for g in rows if g["class"] == "one-false-claim" and not g["provisional"]
+            and g["score"] > g["band"][1] + 1e-9]
+    assert len(high) <= rnd.one_false_claim_above_band, show(high)
+
+
+def test_decided_answers_and_the_provisional_share_hold_their_ground(graded):
+    rnd, rows = graded
+    decided, rate, share = figures(rows)
+    print(f"\nblind round {rnd.name} (development data now): decided in band "
+          f"{sum(g['in_band'] for g in decided)}/{len(decided)} {rate:.1%}, provisional "
+          f"{share:.1%}\n{_table(rows)}")
+    assert rate >= rnd.decided_in_band, f"decided in band {rate:.1%}\n\n" + show(
+        [g for g in decided if not g["in_band"]])
+    assert share <= rnd.provisional, f"provisional {share:.1%}"
+
+
+def test_a_long_answer_is_graded_on_its_content_never_zero_for_its_length():
+    for g in grade_round(DATA / "answers_blind_r3.jsonl"):
+        if g["class"] == "long-rambling":
+            assert "for the length" in g["report"], g["report"]
+            assert "no credit" not in g["report"].splitlines()[1], g["report"]
+
+
+def test_hard_wrapped_prose_is_graded_as_sentences():
+    """A notebook answer wrapped at a width is prose, not a list: a claim runs on across lines
+    (blind mutant b4_peak_grads_scale_with_batch: its false claim spanned a line break)."""
+    wrapped = ("With a batch of 16 the activations dominate: right after the forward pass every\n"
+               "saved activation is still alive, on top of the parameters and the optimizer\n"
+               "state. Activations and gradients scale\n"
+               "with the batch size, while parameters and optimizer state do not. With a batch\n"
+               "of 1 the optimizer step is the highest: parameters, all the gradients, both\n"
+               "Adam moments and the temporaries of the update are live at once.\n")
+    r = grade_text(wrapped, "peak_moves")
+    assert "gradients or optimizer state grow with the batch" in r.report(), r.report()
+    assert r.score <= 0.6, r.report()
+
+
+@pytest.mark.parametrize("rubric, claim, misconception", [
+    # a condition's comma before the claim (r5)
+    ("fp16_loss_scaling", "When GradScaler finds an inf or NaN, it doubles the scale.",
+     "grows the scale"),
+    ("fp16_loss_scaling", "On an overflow, the scaler raises the loss scale.", "grows the scale"),
+    ("oom_before_batch", "Turn on mixed precision, which halves every consumer of memory.",
+     "halves the weights or the optimizer state"),
+    ("oom_before_batch", "With autocast the parameters, gradients and optimizer state all go to "
+                         "2 bytes.", "halves the weights or the optimizer state"),
+    ("sharding_when_why", "ZeRO-3 needs no more traffic than DDP's all-reduce.",
+     "ZeRO-3 costs no more communication"),
+    ("sharding_when_why", "Communication is highest for ZeRO stage 1.",
+     "ZeRO-3 costs no more communication"),
+])
+def test_a_wrong_claim_in_other_words_is_a_misconception(rubric, claim, misconception):
+    report = grade_text(claim, rubric).report()
+    assert f"misconception: says {misconception}" in report or misconception in report, report
+
+
+@pytest.mark.parametrize("rubric, sentence", [
+    ("fp16_loss_scaling", "If no overflow happens for 2000 steps, the scaler doubles the scale."),
+    ("fp16_loss_scaling", "When it finds an inf or NaN, it skips the step and halves the scale."),
+    ("oom_before_batch", "Mixed precision halves the activation memory; the weights stay fp32."),
+    ("sharding_when_why", "ZeRO-1 and ZeRO-2 need no more traffic than DDP; ZeRO-3 about 1.5x."),
+])
+def test_the_true_statement_is_not_one(rubric, sentence):
+    assert "misconception" not in grade_text(sentence, rubric).report()
+
+
+def test_non_before_a_word_is_its_opposite():
+    """"the gradient is non-linear" denies linearity: no credit for the idea, a contradiction."""
+    said = grade_text("The gradient is non-linear in the batch, so accumulation only approximates "
+                      "it.", "accumulation_equivalence")
+    assert said.score == 0.0 and "contradicted: the gradient is linear" in said.report(), said.report()
+    assert "found: the gradient is linear" in grade_text(
+        "The gradient is linear in the loss, so the sum of the micro-batch gradients equals the "
+        "full-batch gradient.", "accumulation_equivalence").report()
+
+
+def test_a_kv_cache_is_not_the_caching_allocator():
+    off = grade_text("Grouped-query attention shares key/value heads, shrinking the cache by "
+                     "heads / kv_heads.", "allocated_vs_reserved")
+    assert "found: the caching allocator" not in off.report(), off.report()
+    on = grade_text("PyTorch keeps freed blocks in the cache instead of returning them to the "
+                    "driver.", "allocated_vs_reserved")
+    assert "found: the caching allocator keeps freed blocks" in on.report(), on.report()
