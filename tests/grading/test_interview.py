@@ -707,3 +707,23 @@ def test_the_placeholder_is_in_the_unit_the_question_asks_for(qid):
     placeholder = iv.self_check(qid).answer.placeholder
     if q.unit in ("GB", "GiB", "MiB", "ms", "B", "x"):
         assert placeholder.endswith(q.unit), (qid, q.unit, placeholder)
+
+
+def test_every_text_question_names_parts_of_its_rubric():
+    """A text question's ``require`` names concepts of its rubric (a misspelt one could never be
+    found, and would cap every answer)."""
+    for q in iv.QUESTIONS.values():
+        if q.kind == "text":
+            names = {c.name for c in RUBRICS[q.rubric].concepts}
+            assert q.require and set(q.require) <= names, (q.id, set(q.require) - names)
+
+
+def test_a_part_the_question_asks_for_left_out_costs_points(capsys):
+    """Q25 asks why nvidia-smi shows more AND why that is usually not a leak: an answer of the
+    first part alone is capped, and the feedback names the part."""
+    first_part = ("memory_allocated counts only live tensors. PyTorch's caching allocator keeps "
+                  "freed blocks in its pool for reuse, so memory_reserved is larger, and "
+                  "nvidia-smi also counts the CUDA context and other processes.")
+    r = iv.grade("q25", first_part)
+    out = capsys.readouterr().out
+    assert r.score < 0.85 and "missing a part the question asks for: not a leak" in out, out

@@ -263,7 +263,7 @@ CHECKPOINTING_COST = Rubric(
             r"rematerial\w*|regenerat\w*|rebuil\w*|reconstruct\w*",
             r"(?:comput|calculat|produc|generat|creat|evaluat|deriv)\w* (?:again|anew|a second time|"
             r"once more|twice|another time)",
-            r"re ?creat\w*|re ?evaluat\w*|re ?run\w*",
+            r"re ?creat\w*|re ?evaluat\w*|re ?run\w*|re ?execut\w*|re ?do(?:es|ne|ing)? the forward",
             r"(?:run|runs|ran|running|do|does|doing|perform\w*|execut\w*|comput\w*|calculat\w*|"
             rf"redo\w*|repeat\w*) {G(3)}(?:forward|activations?|them|it|segment|block|layers?|"
             rf"parts?) {G(3)}(?:again|twice|a second time|another time|once more)",

@@ -111,15 +111,18 @@ class Question:
     unit: str = ""
     options: tuple[str, ...] = ()
     rubric: str = ""
+    # the rubric's concepts this question asks for by name: one left out caps the score
+    # (memlab.grading.answers.grade.grade_text's ``require``)
+    require: tuple[str, ...] = ()
 
     @property
     def variable(self) -> str:
         return f"answer_{self.id}"
 
 
-def _q(id, topic, kind, title, unit="", options="", rubric=""):
+def _q(id, topic, kind, title, unit="", options="", rubric="", require=()):
     points = {"numeric": 2, "choice": 1, "multi": 2, "ordering": 2, "text": 3}[kind]
-    return Question(id, topic, kind, title, points, unit, tuple(options), rubric)
+    return Question(id, topic, kind, title, points, unit, tuple(options), rubric, tuple(require))
 
 
 QUESTIONS: dict[str, Question] = {q.id: q for q in (
@@ -130,33 +133,49 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in (
     _q("q5", "activations", "numeric", "activations of one transformer layer", unit="MiB"),
     _q("q6", "activations", "numeric", "double the batch and the depth", unit="x"),
     _q("q7", "activations", "choice", "double the sequence length", options="abcd"),
-    _q("q8", "activations", "text", "why activations decide the batch", rubric="activations_scaling"),
-    _q("q9", "checkpointing", "text", "why checkpointing costs time", rubric="checkpointing_cost"),
+    _q("q8", "activations", "text", "why activations decide the batch", rubric="activations_scaling",
+       require=("activation memory grows linearly with batch size",
+                "activation memory grows linearly with depth (number of layers)",
+                "parameters, gradients and optimizer state do not depend on the batch")),
+    _q("q9", "checkpointing", "text", "why checkpointing costs time", rubric="checkpointing_cost",
+       require=("the dropped activations are recomputed", "it costs extra compute / time")),
     _q("q10", "checkpointing", "numeric", "peak with sqrt(n) segments", unit="GiB"),
     _q("q11", "checkpointing", "numeric", "step time with full recomputation", unit="ms"),
     _q("q12", "checkpointing", "choice", "one checkpoint around the whole model", options="abcd"),
-    _q("q13", "precision", "text", "why fp16 needs loss scaling", rubric="fp16_loss_scaling"),
+    _q("q13", "precision", "text", "why fp16 needs loss scaling", rubric="fp16_loss_scaling",
+       require=("small gradients underflow to zero",
+                "bf16 has fp32's exponent range (8 exponent bits)")),
     _q("q14", "precision", "choice", "the bits of bf16", options="abcd"),
     _q("q15", "precision", "numeric", "the loss scale that rescues a tiny gradient", unit=""),
     _q("q16", "precision", "multi", "true statements about AMP", options="abcde"),
     _q("q17", "accumulation", "text", "when accumulation equals the full batch",
-       rubric="accumulation_equivalence"),
+       rubric="accumulation_equivalence",
+       require=("the gradient is linear: the gradient of a sum/mean is the sum/mean of gradients",)),
     _q("q18", "accumulation", "numeric", "accumulation steps for an effective batch", unit=""),
     _q("q19", "accumulation", "choice", "zero_grad inside the micro-batch loop", options="abcd"),
     _q("q20", "accumulation", "numeric", "token weights in a mean of means", unit="x"),
-    _q("q21", "oom", "text", "what to try before a smaller batch", rubric="oom_before_batch"),
+    _q("q21", "oom", "text", "what to try before a smaller batch", rubric="oom_before_batch",
+       require=("mixed precision (fp16/bf16)", "gradient checkpointing", "gradient accumulation")),
     _q("q22", "oom", "ordering", "the OOM triage order", options="abcde"),
     _q("q23", "allocator", "choice", "allocated, reserved and nvidia-smi", options="abcd"),
     _q("q24", "allocator", "numeric", "the bytes of a tiny CUDA tensor", unit="B"),
-    _q("q25", "allocator", "text", "why nvidia-smi shows more", rubric="allocated_vs_reserved"),
+    _q("q25", "allocator", "text", "why nvidia-smi shows more", rubric="allocated_vs_reserved",
+       require=("the caching allocator keeps freed blocks for reuse",
+                "not a leak: cached memory is reused; a leak shows as allocated growing")),
     _q("q26", "sharding", "numeric", "ZeRO-2 memory per GPU", unit="GB"),
     _q("q27", "sharding", "choice", "data parallelism and memory per GPU", options="abcd"),
-    _q("q28", "sharding", "text", "when and why to shard", rubric="sharding_when_why"),
+    _q("q28", "sharding", "text", "when and why to shard", rubric="sharding_when_why",
+       require=("when the model states do not fit on one GPU",
+                "ZeRO/FSDP partition optimizer state, gradients and parameters (about 1/N each)",
+                "tensor/pipeline parallelism when a single layer or its activations do not fit")),
     _q("q29", "levers", "choice", "eager attention vs scaled_dot_product_attention", options="abcd"),
     _q("q30", "levers", "multi", "the optimizer step inside backward", options="abcdef"),
     _q("q31", "serving", "numeric", "the KV cache of a multi-head model", unit="GiB"),
     _q("q32", "serving", "numeric", "the KV cache with grouped-query attention", unit="GiB"),
-    _q("q33", "serving", "text", "what a KV cache buys and costs", rubric="kv_cache_tradeoff"),
+    _q("q33", "serving", "text", "what a KV cache buys and costs", rubric="kv_cache_tradeoff",
+       require=("each step computes only the new token instead of recomputing the prefix",
+                "its memory grows linearly with every token and every sequence",
+                "GQA: query heads share fewer key/value heads, the cache shrinks by heads/kv_heads")),
 )}
 
 _EXAMPLE = {"numeric": '"12 GB"', "choice": '"b"', "multi": '["a", "c"]',
@@ -349,7 +368,7 @@ def grade(qid: str, answer: object, key: object = None):
     if q.kind == "text":
         if key is not None:
             raise ValueError(f"{qid} is graded by its rubric: pass no key")
-        result = rb.grade_text(answer, _rubric(q.rubric))
+        result = rb.grade_text(answer, _rubric(q.rubric), require=q.require)
         lines = list(result.feedback)
         text = _text(answer)
         model = _rubric(q.rubric).model_answer
