@@ -29,7 +29,7 @@ GPU_SKIP_REASON = "needs a CUDA device: torch.cuda.is_available() is False"
 FULL_TIER = (
     "tests/notebooks/test_mutants.py",            # the mutation corpus, graded as a class
     "tests/grading/test_hostile.py",              # the hostile corpus, every layer on
-    "tests/grading/test_hostile_blind.py",        # the blind hostile round r3, one batch
+    "tests/grading/test_hostile_blind.py",        # the blind hostile rounds, a batch each
     "tests/notebooks/test_browser.py",            # JupyterLab in headless Chromium
     "tests/grading/test_grade_class.py",          # 28 broken and hostile submissions, regrades
     "tests/grading/test_grade_scale.py",          # Dask, zips, zygote lifetimes

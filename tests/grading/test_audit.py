@@ -181,6 +181,19 @@ HOSTILE = [
     ("10_debugging_memory", "read_oom", "d = OOM_EXAMPLES\nd.clear()", "changes the course's data"),
     ("06_sharding", "predict_rank_bytes", "def f():\n    r = runs['ddp']\n    r.clear()",
      "changes the course's data"),
+    # getattr handed on as a value: the lookup it makes later is invisible (blind round r4)
+    ("00_setup", "tensor_bytes", "g = getattr\nx = g(len, 'x')", "dynamic attribute"),
+    ("00_setup", "tensor_bytes", "import functools\nh = functools.partial(getattr, len)",
+     "dynamic attribute"),
+    ("00_setup", "tensor_bytes", "ga = (lambda: getattr)()", "dynamic attribute"),
+    ("00_setup", "tensor_bytes", "found = list(map(getattr, [len], ['x']))", "dynamic attribute"),
+    # a loop, a with or an except binds the notebook's name like an assignment (r4)
+    ("04_accumulation", "accumulate_gradients", "for acc in [object()]:\n    pass",
+     "rebinds the notebook's name"),
+    ("04_accumulation", "accumulate_gradients",
+     "import contextlib\nwith contextlib.nullcontext(1) as acc:\n    pass", "rebinds the notebook's name"),
+    ("04_accumulation", "accumulate_gradients", "try:\n    1 / 0\nexcept ZeroDivisionError as acc:\n"
+     "    pass", "rebinds the notebook's name"),
 ]
 
 
@@ -228,6 +241,9 @@ LEGIT = [
     "    return seen",
     "print(sorted(OOM_EXAMPLES.items()))",
     "f = lambda OOM_EXAMPLES: OOM_EXAMPLES.update(a=1)",
+    "def f(m):\n    return getattr(m, 'weight', None) is not None and hasattr(m, 'bias')",
+    "import contextlib\nwith contextlib.nullcontext(1) as mine:\n    pass",
+    "try:\n    1 / 0\nexcept ZeroDivisionError as err:\n    print(err)",
 ]
 
 

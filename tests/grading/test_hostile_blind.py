@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -30,7 +33,10 @@ from course_support import make_course, with_solution_answers  # tests/
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 ROUNDS = sorted(p.name for p in HOSTILE.glob("blind_r*") if (p / "manifest.json").is_file())
-SETTINGS = GradeSettings(workers=2, cell_timeout=180, submission_timeout=600, memory_mb=4096)
+SETTINGS = GradeSettings(workers=2, cell_timeout=60, submission_timeout=300, memory_mb=4096)
+# planted in the grader's environment: no learner process may read it (its feedback, the report)
+SECRET = "BLIND_ROUND_SECRET"
+SECRET_VALUE = "s3cr3t-of-the-instructor-7f1c"
 pytestmark = [pytest.mark.slow]
 
 
@@ -48,7 +54,8 @@ def _key(cell) -> str:
 
 def attack_notebook(round_: str, attack: str, release):
     """The attack's notebook: its patch applied to the release as it is now (a release cell it
-    left unchanged is taken from the release; one the release no longer has is left out)."""
+    left unchanged is taken from the release; one the release no longer has is left out).
+    ``top``: the notebook's other top-level fields as the attacker wrote them (``nbformat``)."""
     patch = json.loads((HOSTILE / round_ / f"{attack}.json").read_text())
     by_key = {_key(c): c for c in release.cells}
     nb = nbformat.from_dict({**release, "cells": []})
@@ -62,7 +69,14 @@ def attack_notebook(round_: str, attack: str, release):
             nb.cells.append(nbformat.from_dict(cell))
     for i, cell in enumerate(nb.cells):   # ids unique in the notebook (a patch may repeat a cell)
         cell["id"] = f"c{i}"
+    nb.update(patch.get("top", {}))
     return nb
+
+
+def write_notebook(nb, path: Path) -> None:
+    """As the learner's file holds it: ASCII JSON, written as is (nbformat.write would refuse
+    a notebook whose version fields an attack changed)."""
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=True) + "\n")
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -74,10 +88,15 @@ def _digest(folder: Path) -> dict[str, str]:
     pytest.param(r, marks=pytest.mark.xdist_group(f"hostile_{r}")) for r in ROUNDS])
 def graded(request, tmp_path_factory):
     round_ = request.param
+    root = tmp_path_factory.mktemp(round_)
+    return grade_round(round_, root)
+
+
+def grade_round(round_: str, root: Path) -> dict:
+    """Every attack of the round beside its classmates, graded in one batch under ``root``."""
     attacks = manifest(round_)
     assignments = sorted({m["assignment"] for m in attacks})
     canary = Path(f"/tmp/{round_}_canary")
-    root = tmp_path_factory.mktemp(round_)
     api = make_course(root / "course", assignments)
     cls = root / "class"
     for a in assignments:
@@ -90,19 +109,37 @@ def graded(request, tmp_path_factory):
             nbformat.write(nb, cls / who / a / rel_path.name)
         for m in (m for m in attacks if m["assignment"] == a):
             (cls / m["id"] / a).mkdir(parents=True)
-            nbformat.write(attack_notebook(round_, m["id"], release),
+            write_notebook(attack_notebook(round_, m["id"], release),
                            cls / m["id"] / a / rel_path.name)
     victims = {p.name: _digest(p) for p in cls.iterdir() if p.name.startswith("victim_")}
     shutil.rmtree(canary, ignore_errors=True)
     canary.mkdir()
     canary.chmod(0o777)
     config = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
-    report = grade_class(cls, config_path=config, out=root / "report", settings=SETTINGS,
-                         progress=False)
+    temp = root / "tmp"     # this batch's own (another round may grade beside it)
+    temp.mkdir()
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ.update({SECRET: SECRET_VALUE, "TMPDIR": str(temp)})
+    tempfile.tempdir = None
+    try:
+        report = grade_class(cls, config_path=config, out=root / "report", settings=SETTINGS,
+                             progress=False)
+    finally:
+        os.environ.pop(SECRET, None)
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
     canaries = sorted(p.name for p in canary.iterdir())
     shutil.rmtree(canary, ignore_errors=True)
+    # a process an attack started names its attack (blind_rN_aNN), not this test's command line
+    survivors = subprocess.run(["pgrep", "-af", f"{round_}_a"], capture_output=True,
+                               text=True).stdout
     return {"round": round_, "attacks": attacks, "assignments": assignments, "root": root,
-            "report": report, "victims": victims, "canaries": canaries, "class": cls}
+            "report": report, "victims": victims, "canaries": canaries, "class": cls,
+            "temp_left": sorted(p.name for p in temp.glob("memlab-*")),
+            "survivors": [line for line in survivors.splitlines() if "pgrep" not in line]}
 
 
 def test_every_attack_is_held(graded):
@@ -157,3 +194,81 @@ def test_no_feedback_page_holds_live_script(graded):
                 if f"{graded['round']}_" in html[hit.start(): hit.end() + 200]:
                     found.append(f"{page.parent.parent.name}: {what}: {hit.group(0)[:120]}")
     assert not found, "\n".join(found)
+
+
+def _pages(graded) -> dict[str, str]:
+    feedback = graded["root"] / "course" / "autograder" / "work" / "feedback"
+    return {f"{p.parent.parent.name}/{p.name}": p.read_text(errors="replace")
+            for p in sorted(feedback.rglob("*.html"))}
+
+
+def test_nothing_of_a_job_outlives_the_batch(graded):
+    """No process of a submission is alive after the batch, its temporary folder is gone (a
+    tree too deep for shutil.rmtree included), and the report was written (a field no codec
+    can encode did not stop it)."""
+    assert graded["survivors"] == [], graded["survivors"]
+    assert graded["temp_left"] == [], graded["temp_left"]
+    out = graded["root"] / "report"
+    for name in ("summary.md", "submissions.csv", "review.csv"):
+        assert (out / name).is_file(), name
+
+
+def test_no_feedback_page_holds_a_hidden_test_or_a_secret(graded):
+    """A learner's code run by a hidden test can read that test's source and print it, and can
+    read its own process's environment: the feedback holds neither."""
+    hidden, public = set(), set()
+    for a in graded["assignments"]:
+        for nb in (graded["root"] / "course" / "solutions" / a).glob("*.ipynb"):
+            for cell in nbformat.read(nb, as_version=4).cells:
+                blocks = re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS",
+                                    cell.source, re.S)
+                for block in blocks:
+                    hidden |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) >= 24}
+                rest = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source,
+                              flags=re.S)
+                public.add(rest)
+    public_text = "\n".join(public)
+    hidden = {h for h in hidden if h not in public_text}  # what the course shows is no secret
+    found = []
+    for name, html in _pages(graded).items():
+        text = html_unescape(html)
+        if SECRET_VALUE in text:
+            found.append(f"{name}: the grader's environment")
+        leaked = sorted(h for h in hidden if h in text)
+        if leaked:
+            found.append(f"{name}: {len(leaked)} line(s) of hidden tests, e.g. {leaked[0][:80]}")
+    assert not found, "\n".join(found)
+
+
+def test_no_page_an_instructor_opens_reaches_outside_or_draws_over_itself(graded):
+    """What a submission wrote shows as text: no URL of its own in the feedback (a tracking
+    image, a look-alike link), no TeX drawing over the page (MathJax rules, raised boxes), and
+    summary.md renders none of its markdown or HTML."""
+    pages = _pages(graded)
+    course_urls = set()
+    for name, html in pages.items():
+        if name.startswith(("victim_", "blank_")):
+            course_urls |= set(_URL.findall(html))
+    found = []
+    for name, html in pages.items():
+        body = re.sub(r"<pre[^>]*>.*?</pre>", "", html, flags=re.S)
+        foreign = sorted(set(_URL.findall(body)) - course_urls)
+        if foreign:
+            found.append(f"{name}: a URL of the submission's: {foreign[0][:100]}")
+        if _TEX_DRAW.search(body) and not name.startswith(("victim_", "blank_")):
+            found.append(f"{name}: TeX that draws over the page: {_TEX_DRAW.search(body).group(0)}")
+    # what summary.md escapes (\\x) shows as text: only what is left could render
+    summary = re.sub(r"\\.", "", (graded["root"] / "report" / "summary.md").read_text())
+    if re.search(r"<img|<a\s|\]\((?:https?|javascript|data):", summary):
+        found.append("summary.md renders a submission's image or link")
+    assert not found, "\n".join(found)
+
+
+_URL = re.compile(r"(?:src|href)\s*=\s*[\"']?(https?://[^\"'\s>]+)", re.I)
+_TEX_DRAW = re.compile(r"\\(?:rule|Rule|raise|lower|smash|color|colorbox|llap|rlap|phantom)\b")
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)

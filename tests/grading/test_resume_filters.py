@@ -127,7 +127,7 @@ def test_ctrl_c_leaves_nothing_behind_and_the_rerun_resumes(tmp_path):
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while not ((out / "ledger.jsonl").exists() and (out / "ledger.jsonl").read_text().strip()
-               and list(tmp.glob("memlab-grade-*/jobs/memlab-job-*"))):
+               and list(tmp.glob("memlab-jobs-*/memlab-job-*"))):
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.2)
     time.sleep(2)                     # b's kernel is in its loop

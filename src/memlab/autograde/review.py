@@ -165,6 +165,10 @@ def _bounded(op: ast.operator, a: Any, b: Any) -> None:
         raise _Unsafe("a very large number")
 
 
+# a %-format whose width or precision is 4+ digits or taken from the arguments ("%*d")
+_WIDE_PERCENT = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\d{4,}|\*)|%[^a-zA-Z%]*\.(?:\d{4,}|\*)")
+
+
 def _safe_eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     """Evaluate literals, arithmetic, f-strings and a few pure functions; nothing else."""
     def ev(n: ast.AST) -> Any:
@@ -187,6 +191,8 @@ def _safe_eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
             if isinstance(n.op, ast.Mult) and (isinstance(a, (str, list, tuple, set))
                                               or isinstance(b, (str, list, tuple, set))):
                 raise _Unsafe("sequence repetition")
+            if isinstance(n.op, ast.Mod) and isinstance(a, str) and _WIDE_PERCENT.search(a):
+                raise _Unsafe("a very wide format")   # "%100000000000d" % 1: a width bomb
             _bounded(n.op, a, b)
             try:
                 v = _SAFE_BINOPS[type(n.op)](a, b)

@@ -105,9 +105,33 @@ try:  # what graded tests rely on, as it was when this module was first imported
     import memlab.lessons.serving  # noqa: F401
     import memlab.lessons.debugging  # noqa: F401
     import memlab.measure.snapshot  # noqa: F401
+    import memlab.measure.breakdown  # noqa: F401  (StepReport: its fields hold what is measured)
+    import memlab.measure.budget  # noqa: F401
+    import memlab.measure.training_spy  # noqa: F401
+    import memlab.lessons.accumulation  # noqa: F401
+    import memlab.lessons.oom  # noqa: F401
+    import memlab.lessons.checkpointing  # noqa: F401
+    import memlab.lessons.amp  # noqa: F401
 except Exception:  # noqa: BLE001  pragma: no cover - memlab without torch: not supported
     pass
 _ORIGINALS = _snapshot()
+
+
+def _class_state() -> dict[str, tuple[type, dict[str, Any]]]:
+    """Every class the course's measuring and lesson modules define, with its attributes as they
+    are: a test reads results through them (``StepReport``'s fields), and a property put on a
+    field makes every measured value read back what the learner wants."""
+    out = {}
+    for modname, mod in list(sys.modules.items()):
+        if mod is None or not modname.startswith(("memlab.measure.", "memlab.lessons.")):
+            continue
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, type) and getattr(obj, "__module__", "") == modname:
+                out[f"{modname}.{name}"] = (obj, dict(vars(obj)))
+    return out
+
+
+_CLASSES = _class_state()
 _STDERR = sys.stderr
 _PACKAGE_DIRS: dict[str, str] = {}
 for _mod in ("torch", "memlab"):
@@ -213,6 +237,12 @@ def tampered() -> list[str]:
             problems.append(f"{name} was replaced")
         elif code is not None and cur[1] is not code:
             problems.append(f"{name} had its code replaced")
+    for name, (cls, attrs) in _CLASSES.items():
+        now = vars(cls)
+        changed = sorted({k for k in attrs if now.get(k, _MISSING) is not attrs[k]}
+                         | (set(now) - set(attrs)))
+        if changed:
+            problems.append(f"the course's class {name} was changed ({', '.join(changed[:4])})")
     problems += _ground_truth_problems()
     problems += _ipython_problems()
     return sorted(set(problems))

@@ -85,7 +85,6 @@ import copy
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -103,7 +102,7 @@ from memlab.autograde.batch.intake import (  # noqa: F401
     _safe_extract, _timestamp, _write_tree, arrange_flat, audit_check, find_layout,
     structure_check)
 from memlab.autograde.batch.jobs import (  # noqa: F401
-    _slim_gradebook, course_bundle, grade_job, make_job, remove_job_folders)
+    _slim_gradebook, course_bundle, grade_job, make_job, remove_job_folders, remove_tree)
 from memlab.autograde.batch.merge import (  # noqa: F401
     _merge, _merge_retrying, gradebook_integrity, validate_result)
 from memlab.autograde.batch.report import (  # noqa: F401
@@ -131,6 +130,8 @@ class GradeSettings:
     #                                    of its own where the machine allows (0: no cgroup)
     output_cap_mb: int = 8             # outputs kept per notebook while it runs; the rest of what
     #                                    a cell prints is dropped with a note (0: no cap)
+    job_disk_mb: int = 2048            # what a job's folder may hold (bytes on disk, files);
+    job_files_max: int = 20_000        # past either the job is stopped and scores 0 (0: no limit)
     threads_per_kernel: int = 0        # OMP/MKL threads per kernel (0: kernel_threads())
     scheduler: str | None = None       # Dask scheduler address (tcp://host:8786); None: local
     warm: bool = True                  # fork jobs and kernels from a warm process
@@ -213,11 +214,25 @@ def refresh_report(config_path: str | Path | None = None, out: str | Path | None
     return report
 
 
+def _encodable(value):
+    """``value`` with every string UTF-8 encodable: a reason may quote what a submission holds
+    (a lone surrogate in a notebook's field), and the gradebook, the ledger and the report's
+    files must still take it (the character is written as its escape, \\ud800)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_encodable(v) for v in value)
+    return value
+
+
 def merge_or_zero(gb, cd, job: dict, result: dict, timestamp) -> dict:
     """:func:`_merge_retrying`, and when recording the result itself fails (a file name the
     course folder cannot hold, a value the gradebook refuses), the submission is recorded as
     0 with the reason instead: one submission never stops the batch. Returns what was
     recorded."""
+    result = _encodable(result)
     try:
         _merge_retrying(gb, cd, job, result, timestamp)
         return result
@@ -249,6 +264,7 @@ def _job_settings(settings: GradeSettings, threads: int) -> dict:
             "grader_memory_mb": int(settings.grader_memory_mb),
             "job_pids_max": int(settings.job_pids_max),
             "output_cap_mb": float(settings.output_cap_mb),
+            "job_disk_mb": int(settings.job_disk_mb), "job_files_max": int(settings.job_files_max),
             "kernelspec": settings.kernelspec, "sandbox": bool(settings.sandbox),
             "sandbox_kind": str(settings.sandbox_kind or "auto"),
             "verdict": bool(settings.verdict), "judge": bool(settings.judge),
@@ -412,6 +428,7 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
     out = Path(out).expanduser().resolve() if out else default_report_dir(cd)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="memlab-grade-"))
+    jobs_root: Path | None = None
     try:
         if src.is_file() and zipfile.is_zipfile(src):
             _safe_extract(src, tmp / "input")
@@ -445,8 +462,10 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         n_local = max(1, min(settings.workers or os.cpu_count() or 1, len(found)))
         threads = kernel_threads(settings, n_local)
         jset = _job_settings(settings, threads)
-        jset["job_root"] = str(tmp / "jobs")  # removed below, whatever happens to the workers
-        (tmp / "jobs").mkdir()
+        # removed below, whatever happens to the workers; not inside `tmp`, whose gradebook copy
+        # a job could then look up (Landlock lets a path outside the job's folder be stat'ed)
+        jobs_root = Path(tempfile.mkdtemp(prefix="memlab-jobs-"))
+        jset["job_root"] = str(jobs_root)
         ledger_path = out / "ledger.jsonl"
         ledger = _load_ledger(ledger_path)
         if not settings.resume and ledger:
@@ -563,5 +582,6 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
         _write_report(api, report, ignored)
         return report
     finally:
-        remove_job_folders(tmp / "jobs", settings.job_pids_max)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if jobs_root is not None:
+            remove_job_folders(jobs_root, settings.job_pids_max)
+        remove_tree(tmp)

@@ -16,14 +16,13 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
 import sqlite3
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from memlab.autograde.batch.intake import _read_tree
+from memlab.autograde.batch.intake import _read_tree, remove_tree
 from memlab.autograde.batch.runner import _failed_result, _first_line
 from memlab.autograde.batch.processes import _start_child
 from memlab.autograde.security import cgroup
@@ -88,10 +87,38 @@ def remove_job_folders(root: Path, pids_max: int = 0, limit_s: float = 5.0) -> N
             cgroup.empty(jobdir.name)
     deadline = time.monotonic() + limit_s
     while root.exists():
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)
         if not root.exists() or time.monotonic() > deadline:
             return
         time.sleep(0.1)
+
+
+def folder_over(folder: Path, max_bytes: int, max_files: int) -> str:
+    """Why ``folder`` holds more than ``max_bytes`` on disk or ``max_files`` entries ("" when
+    it does not; 0: no limit). Walked without recursion or links, stopping at the limit: a
+    learner's process writes there, so a million files or a tree thousands deep must not make
+    the look itself costly. Blocks on disk, not sizes: a sparse file costs what it holds."""
+    used = count = 0
+    stack = [str(folder)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    count += 1
+                    if max_files and count > max_files:
+                        return f"holds more than {max_files} files and folders"
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    used += getattr(st, "st_blocks", 0) * 512
+                    if max_bytes and used > max_bytes:
+                        return f"holds more than {max_bytes / 2**20:.0f} MiB"
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return ""
 
 
 def grade_job(job: dict) -> dict:
@@ -115,6 +142,9 @@ def grade_job(job: dict) -> dict:
         handle = _start_child(jobdir, job)
         deadline = time.monotonic() + float(s["submission_timeout"])
         result_file = jobdir / "result.pkl"
+        disk = int(s.get("job_disk_mb") or 0) * 2**20
+        files = int(s.get("job_files_max") or 0)
+        next_look = time.monotonic()
         while True:
             if result_file.exists():
                 with open(result_file, "rb") as fh:
@@ -133,6 +163,14 @@ def grade_job(job: dict) -> dict:
                     job, f"over the {s['submission_timeout']} s limit per submission: scores 0",
                     time.monotonic() - t0)
                 break
+            if (disk or files) and time.monotonic() >= next_look:  # the job's disk quota
+                over = folder_over(jobdir, disk, files)
+                if over:
+                    handle.kill()
+                    result = _failed_result(job, f"its folder {over}: scores 0",
+                                            time.monotonic() - t0)
+                    break
+                next_look = time.monotonic() + 0.5
             time.sleep(0.05)
     except Exception as exc:  # the job machinery itself failed: never stop the batch
         result = _failed_result(job, f"grader error ({type(exc).__name__}: {_first_line(exc, 120)}): scores 0",
@@ -142,6 +180,6 @@ def grade_job(job: dict) -> dict:
             handle.kill()
         if s.get("job_pids_max"):  # every process of the job, wherever it moved (security.cgroup)
             cgroup.empty(jobdir.name)
-        shutil.rmtree(jobdir, ignore_errors=True)
+        remove_tree(jobdir)
     result["seconds"] = round(time.monotonic() - t0, 2)
     return result

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -61,8 +62,17 @@ _ZYGOTE: subprocess.Popen | None = None
 _ZYGOTE_LOCK = threading.Lock()
 
 
+# What the grading processes keep of the instructor's environment: a warm kernel is forked from
+# them, and a process's /proc/self/environ shows the environment it was started with, whatever
+# it later sets; so a token or a password in the instructor's shell never reaches one.
+_ENV_ALLOWED = re.compile(r"^(?:PATH|HOME|TMPDIR|TEMP|TMP|LANG|LANGUAGE|TZ|LC_\w+|PYTHON\w*|"
+                          r"VIRTUAL_ENV|JUPYTER_\w+|IPYTHONDIR|MPL\w+|XDG_\w+|CUDA_\w+|NVIDIA_\w+|"
+                          r"LD_LIBRARY_PATH|OMP_\w+|MKL_\w+|OPENBLAS_\w+|KMP_\w+|TORCH\w*|"
+                          r"PYTORCH_\w+|MEMLAB_\w+|COVERAGE_\w+|SSL_CERT_\w+)$")
+
+
 def _child_env() -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if _ENV_ALLOWED.match(k)}
     env["PYTHONUNBUFFERED"] = "1"
     bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic` from PATH
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
@@ -335,7 +345,8 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1, pids_max: int =
     if pids_max > 0:
         from memlab.autograde.security import cgroup
 
-        cgroup.enter(jobdir_p.name, pids_max)
+        # the kernel and the verdict's re-run side by side, each with `threads` threads
+        cgroup.enter(jobdir_p.name, pids_max, cpus=2.0 * max(1, threads))
     log = os.open(str(jobdir_p / "log.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)

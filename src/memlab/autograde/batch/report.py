@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,13 +43,21 @@ class ClassReport:
 def _cell_of(why: str, grade_ids: set[str]) -> str | None:
     """The grade cell a review reason is about (its first word: ``test_x: ...``,
     ``nb/test_x needs ...``, 07's ``q9 ...``), else None: the whole submission."""
-    text = why.removeprefix("flagged by the rubric: ").strip()
+    text = why.removeprefix("flagged in the kernel's output: ").lstrip("\u00ab").strip()
     word = text.split(None, 1)[0].rstrip(":,;") if text else ""
     word = word.rsplit("/", 1)[-1]
     for gid in (word, f"test_{word}"):
         if gid in grade_ids:
             return gid
     return None
+
+
+def _said(text: object, n: int = 160) -> str:
+    """What a learner's process wrote (an error message, a line its output held), quoted: one
+    line, none of the report's own separators (``;``), at most ``n`` characters. It can say
+    anything ("all tests pass; decided by the instructor"), so it never reads as the report's."""
+    t = " ".join(str(text).split()).replace(";", ",").replace("\u00ab", "<").replace("\u00bb", ">")
+    return "\u00ab" + (t[:n] + "..." if len(t) > n else t) + "\u00bb"
 
 
 def _reason_text(result: dict, decided: dict | None = None) -> tuple[str, list[str]]:
@@ -63,16 +72,17 @@ def _reason_text(result: dict, decided: dict | None = None) -> tuple[str, list[s
     for nb, scan in sorted(result.get("scans", {}).items()):
         parts += scan["events"]
         for gid, t in sorted(scan["tests"].items()):
+            # the kernel's own words (the learner's code raised or printed them), quoted
             if t["error"]:
-                parts.append(f"{gid} failed ({t['error']})")
+                parts.append(f"{gid} failed ({_said(t['error'])})")
             elif t["stderr"]:
-                parts.append(f"{gid} wrote to stderr ({t['stderr']})")
+                parts.append(f"{gid} wrote to stderr ({_said(t['stderr'])})")
         for g in scan["guards"]:
-            parts.append(f"patched grading code: {g}")
-            review.append(f"patched grading code: {g}")
+            parts.append(f"patched grading code, as the kernel reported it: {_said(g)}")
+            review.append(f"patched grading code, as the kernel reported it: {_said(g)}")
         for r in scan["reviews"]:
             if not r.startswith("audit:"):  # the audit's own line: already in the reasons
-                review.append(f"flagged by the rubric: {r}")
+                review.append(f"flagged in the kernel's output: {_said(r, 300)}")
         review += [e for e in scan["events"] if "memory" in e or "timeout" in e]
     lost = []
     for nb, cells in sorted(result.get("grades", {}).items()):
@@ -208,13 +218,14 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     lines += [f"| {q['assignment']} | {q['notebook']} | {q['grade_id']} | {q['submissions']} | "
               f"{q['pass_rate']} | {q['mean']} | {q['partial']} | {q['flagged']} |" for q in q_rows]
     lines += ["", f"## Needs manual review ({len(review_rows)})", ""]
-    lines += [f"- {x['student']}/{x['assignment']}: {x['why']}" for x in review_rows] or ["- nothing"]
+    lines += [f"- {_md(x['student'])}/{_md(x['assignment'])}: {_md(x['why'])}"
+              for x in review_rows] or ["- nothing"]
     lines += ["", "## Submissions", "", "| student | assignment | score | reason |", "|---|---|---|---|"]
-    lines += [f"| {x['student']} | {x['assignment']} | {x['score']}/{x['max_score']} | "
-              f"{x['reason'].replace('|', '/')} |" for x in rows]
+    lines += [f"| {_md(x['student'])} | {_md(x['assignment'])} | {x['score']}/{x['max_score']} | "
+              f"{_md(x['reason'])} |" for x in rows]
     if ignored:
         lines += ["", "Ignored folders (not an assignment in the gradebook): " + ", ".join(ignored)]
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    (out / "summary.md").write_text("\n".join(lines) + "\n", errors="backslashreplace")
 
 
 def _write_rosters(out: Path, results: list[dict]) -> None:
@@ -285,11 +296,28 @@ def resolve_hook(dotted: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _cell(value: object) -> object:
+    """A CSV value a spreadsheet shows as text: one starting with = + - @ (a formula to Excel,
+    LibreOffice and Sheets) is written with a leading apostrophe (OWASP, CSV injection)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
-        w.writerows(rows)
+        w.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~])")
+
+
+def _md(text: object) -> str:
+    """Text shown as itself in summary.md: markdown and HTML written by a submission (an image,
+    a link, a heading, a table row) are escaped, never rendered."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
 def _plot(path: Path, percent: dict[str, float]) -> None:

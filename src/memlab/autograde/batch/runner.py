@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any, Callable
 # "NEEDS MANUAL REVIEW:" (as memlab.grading.interview.bank's)
 from memlab.autograde.security.audit import REVIEW_PREFIX as REVIEW_MARKER
 from memlab.autograde.security.audit import _meta
-from memlab.autograde.batch.intake import _read_tree, _write_tree
+from memlab.autograde.batch.intake import _read_tree, _write_tree, remove_tree
 from memlab.grading.answers.result import REVIEW_HEAD as RUBRIC_REVIEW_HEAD
 
 GUARD_MARKER = "grading guard:"   # memlab.grading.guard's messages start with it
@@ -119,10 +118,11 @@ def _seal(folder: Path) -> list[str]:
 
 def _sanitize_autograded(autograded: Path, release_dir: Path) -> int:
     """Clean every autograded notebook (:mod:`memlab.autograde.security.sanitize`) before the
-    feedback and formgrader render it; the release's own markdown stays as written."""
+    feedback and formgrader render it; the release's own markdown stays as written, and no
+    output holds a line of a hidden test."""
     import nbformat
 
-    from memlab.autograde.security.sanitize import sanitize_notebook
+    from memlab.autograde.security.sanitize import hide_hidden_lines, sanitize_notebook
 
     course_text: set[str] = set()
     for rel in release_dir.rglob("*.ipynb"):
@@ -134,7 +134,7 @@ def _sanitize_autograded(autograded: Path, release_dir: Path) -> int:
     changed = 0
     for nb_path in sorted(autograded.glob("*.ipynb")):
         nb = nbformat.read(str(nb_path), as_version=4)
-        n = sanitize_notebook(nb, course_text)
+        n = sanitize_notebook(nb, course_text) + hide_hidden_lines(nb)
         if n:
             nbformat.write(nb, str(nb_path))
             changed += n
@@ -325,7 +325,11 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     jupyter = jobdir / "jupyter"
     kernel_name = _resolve(s["kernelspec"])(jupyter, s)
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(jupyter), *filter(None, [os.environ.get("JUPYTER_PATH")])])
-    overrides: dict = {"Execute": {"timeout": int(s["cell_timeout"]), "kernel_name": kernel_name}}
+    # store_widget_state: a widget's state is the learner's data this unsandboxed process would
+    # keep for every widget, past the output cap (48 text areas of 96 MiB each); grading needs
+    # none of it, and the report drops it from the notebook anyway (sanitize)
+    overrides: dict = {"Execute": {"timeout": int(s["cell_timeout"]), "kernel_name": kernel_name,
+                                   "store_widget_state": False}}
     mode = sandbox_mode(s)[0]
     if mode == "landlock" and not (confined_manager and launch):
         raise RuntimeError("the Landlock sandbox needs the warm grading process")
@@ -379,7 +383,7 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     feedback = Path(cd.format_path(cd.feedback_directory, student, assignment))
     from memlab.autograde.security.bwrap import KERNEL_DIR
 
-    shutil.rmtree(autograded / KERNEL_DIR, ignore_errors=True)  # sockets, HOME, /tmp of the kernel
+    remove_tree(autograded / KERNEL_DIR)  # sockets, HOME, /tmp of the kernel
     planted = _seal(autograded)
     if planted:
         reasons.append(f"{len(planted)} link(s) or special file(s) found in the graded folder "

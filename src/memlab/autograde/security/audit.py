@@ -285,6 +285,7 @@ class _Checker(ast.NodeVisitor):
         self.allow = policy.allow.get(cell, frozenset()) | policy.allow.get("*", frozenset()) \
             | _COMMON_ALLOW
         self._done: set[int] = set()
+        self._called: set[int] = set()   # Name nodes that are the function of a call
         self._alias_values: set[int] = set()  # `F = torch.nn.functional`: a module, not passed on
         self.own_names: set[str] = set()   # names the cell itself binds (set by audit_source)
         self.own_attributes: frozenset[str] = frozenset()  # the learner's own _fields
@@ -491,6 +492,37 @@ class _Checker(ast.NodeVisitor):
         self.visit(node.value)
         self._store(node, node.target, node.value)
 
+    def visit_For(self, node: ast.For) -> None:
+        # `for acc in [mine]: pass` binds the loop variable at the cell's top like `acc = ...`
+        self.visit(node.iter)
+        for x in self._targets(node.target):
+            self._store(node, x, None)
+            self._visit_target(x)
+        for stmt in (*node.body, *node.orelse):
+            self.visit(stmt)
+
+    visit_AsyncFor = visit_For
+
+    def visit_With(self, node: ast.With) -> None:
+        for item in node.items:
+            self.visit(item.context_expr)
+            if item.optional_vars is not None:
+                for x in self._targets(item.optional_vars):
+                    self._store(node, x, None)
+                    self._visit_target(x)
+        for stmt in node.body:
+            self.visit(stmt)
+
+    visit_AsyncWith = visit_With
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.type is not None:
+            self.visit(node.type)
+        if node.name:
+            self._bind_top(node, node.name)
+        for stmt in node.body:
+            self.visit(stmt)
+
     def visit_Delete(self, node: ast.Delete) -> None:
         for t in node.targets:
             self._store(node, t, None)
@@ -589,6 +621,12 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, "builtins tampering", f"uses {n}")
         if n in DYNAMIC_CODE and n not in self.aliases:
             self.flag(node, "dynamic code", f"uses {n}()")
+        if n in DYNAMIC_ATTR | {"hasattr"} and n not in self.aliases and n not in self.own_names \
+                and isinstance(node.ctx, ast.Load) and id(node) not in self._called:
+            # `g = getattr`, `partial(getattr, f)`, `map(getattr, ...)`: a lookup the audit
+            # can no longer see, by whatever name or string it is made
+            self.flag(node, "dynamic attribute", f"{n} used as a value (call {n}(obj, 'name') "
+                                                 "directly, or write the attribute out)")
         origin = self.aliases.get(n)
         if origin is not None and isinstance(node.ctx, ast.Load):
             if _top(origin) in RESTRICTED_ATTRS and "." not in origin:
@@ -600,6 +638,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
+        if isinstance(f, ast.Name):
+            self._called.add(id(f))
         if isinstance(f, ast.Attribute) and (f.attr in MUTATORS or (
                 f.attr.endswith("_") and not f.attr.startswith("_"))):
             self.check_course_data(node, f.value, f"calls .{f.attr}() on")
@@ -740,7 +780,7 @@ def _mark_top(tree: ast.Module) -> None:
         stmt._memlab_top = True  # type: ignore[attr-defined]
         if isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
             for sub in ast.walk(stmt):
-                if isinstance(sub, (ast.stmt,)) and not isinstance(
+                if isinstance(sub, (ast.stmt, ast.excepthandler)) and not isinstance(
                     sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
                 ):
                     sub._memlab_top = True  # type: ignore[attr-defined]

@@ -60,7 +60,7 @@ def _paths(name: str) -> list[Path]:
     """Where the job cgroup ``name`` is: below the caller's own cgroup (or beside it, when the
     caller is in that job cgroup itself)."""
     base = _v2_base()
-    owns = [base] if base is not None else [_own_v1(ctl) for ctl in ("pids", "memory")]
+    owns = [base] if base is not None else [_own_v1(ctl) for ctl in ("pids", "memory", "cpu")]
     out = []
     for own in owns:
         if own is not None and own.name == name:
@@ -90,10 +90,12 @@ def available() -> bool:
                 pass
 
 
-def enter(name: str, pids_max: int, memory_bytes: int = 0) -> list[Path] | None:
+def enter(name: str, pids_max: int, memory_bytes: int = 0, cpus: float = 0.0) -> list[Path] | None:
     """Make the cgroup(s) ``name`` (a ``PREFIX`` name), set the limits, and move this process
     in; its children inherit it. Returns the folders, or ``None`` where this machine does not
-    let the grader do it (then nothing was changed)."""
+    let the grader do it (then nothing was changed). ``cpus``: at most that many cores' time
+    (where the cpu controller is there); a job of its own cgroup also gets its fair share
+    against the others, however many threads a learner starts."""
     made: list[Path] = []
     try:
         for path in _paths(name):
@@ -105,6 +107,13 @@ def enter(name: str, pids_max: int, memory_bytes: int = 0) -> list[Path] | None:
                 for f in ("memory.limit_in_bytes", "memory.max"):
                     if (path / f).exists():
                         (path / f).write_text(str(int(memory_bytes)))
+            if cpus > 0:
+                period = 100_000
+                if (path / "cpu.max").exists():
+                    (path / "cpu.max").write_text(f"{int(cpus * period)} {period}")
+                elif (path / "cpu.cfs_quota_us").exists():
+                    (path / "cpu.cfs_period_us").write_text(str(period))
+                    (path / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
             (path / "cgroup.procs").write_text(str(os.getpid()))
         if not made or not any((p / "pids.max").exists() for p in made):
             raise OSError("no pids controller")

@@ -21,11 +21,15 @@ nh3 (the Python binding of the Rust sanitiser ammonia, https://github.com/messen
 * markdown and raw cells whose source is not one of the release's own cells (the learner added
   or edited them) cleaned; the course's own cells are left as written;
 * cell attachments other than images dropped;
+* no URL that reaches outside the page (attachment:, mailto: and relative ones only: a
+  tracking image or a look-alike link in the instructor's view is gone; a bare URL in text is
+  written ``https[:]//...``, so the renderer does not make it a link);
 * what nh3 cannot see because it is not a tag: a markdown link, reference or autolink whose
-  target's scheme is not http(s), mailto or a relative link (``[x](javascript:...)``:
+  target's scheme is not attachment, mailto or a relative link (``[x](javascript:...)``:
   nbconvert's markdown renderer allows harmful protocols) points to ``#`` instead, and MathJax's
   ``\\href``, ``\\url``, ``\\class``, ``\\cssId``, ``\\style`` macros are removed (MathJax follows a
-  ``javascript:`` href), and every macro that links, styles, loads an extension or defines a
+  ``javascript:`` href), and every macro that links, styles, draws or moves text over the page
+  (``\\rule``, ``\\raise``, ``\\smash``, ``\\color``...), loads an extension or defines a
   macro (``\\let``, ``\\def``, ``\\newcommand``, ``\\require``...) loses its backslash, however
   its backslash is written; in markdown cells, markdown and HTML outputs;
 * output metadata: only a numeric ``width``/``height`` is kept (nbconvert writes them into the
@@ -38,22 +42,26 @@ import html as _html
 import re
 from urllib.parse import unquote
 
-__all__ = ["sanitize_notebook", "clean_html", "clean_markdown", "KEPT_MIMETYPES"]
+__all__ = ["sanitize_notebook", "hide_hidden_lines", "clean_html", "clean_markdown",
+           "KEPT_MIMETYPES"]
 
 # Rendered as data or escaped text by nbconvert's templates: safe to keep as they are.
 KEPT_MIMETYPES = frozenset({"text/plain", "image/png", "image/jpeg", "image/gif", "image/webp"})
 _CLEANED = frozenset({"text/html", "text/markdown"})
 
 
+# What a learner's content may point at: nothing outside the page (no tracking image, no link to
+# a look-alike page in the instructor's view), only what it carries itself.
+SAFE_SCHEMES = frozenset({"attachment", "mailto"})
+
+
 def clean_html(html: object) -> str:
-    """``html`` with nothing that runs: nh3's allow-list of tags and attributes."""
+    """``html`` with nothing that runs or reaches out: nh3's allow-list of tags and attributes,
+    and URLs of :data:`SAFE_SCHEMES` or relative ones only."""
     import nh3
 
     text = "".join(html) if isinstance(html, list) else str(html)
-    return nh3.clean(text)
-
-
-SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
+    return nh3.clean(text, url_schemes=set(SAFE_SCHEMES))
 # [text](target), [label]: target, <scheme:target>
 _LINK = re.compile(
     r"(\]\(\s*<?)([^)\s>]*)|(^[ \t]*\[[^\]\n]+\]:[ \t]*<?)(\S+)|(<)([a-zA-Z][\w+.-]*:[^>\s]*)(?=>)",
@@ -70,7 +78,12 @@ _MATHJAX_MACROS = re.compile(
     _BACKSLASH + r"\s*(href|url|class|cssId|style|let|def|gdef|edef|xdef|newcommand|"
     r"renewcommand|providecommand|newenvironment|renewenvironment|DeclareMathOperator|require|"
     r"data|unicode|html|mmlToken|bbox|texttip|mathtip|toggle|tooltip|fragment|action|"
-    r"csname|expandafter|string)(?![A-Za-z])", re.I)
+    r"csname|expandafter|string|"
+    # what draws over the page or moves text onto it: a white \rule raised over a failing test,
+    # a coloured "PASS" (plain math stays math)
+    r"rule|Rule|raise|lower|smash|color|colorbox|fcolorbox|llap|rlap|clap|mathllap|mathrlap|"
+    r"mathclap|phantom|vphantom|hphantom|hspace|kern|mkern|mskip|hskip|moveleft|moveright|"
+    r"Space|strut|boxed|fbox|raisebox|textcolor|pagecolor)(?![A-Za-z])", re.I)
 
 
 def _safe_target(target: str) -> bool:
@@ -96,7 +109,12 @@ def clean_markdown(text: object) -> str:
         return m.group(0)
 
     out = _LINK.sub(fix, out)
-    return _MATHJAX_MACROS.sub(lambda m: m.group(1), _drop_mathjax_links(out))
+    out = _MATHJAX_MACROS.sub(lambda m: m.group(1), _drop_mathjax_links(out))
+    # a bare URL is made a link by the renderer (nbconvert's markdown autolinks it): defanged
+    return _BARE_URL.sub(lambda m: m.group(1) + "[:]//", out)
+
+
+_BARE_URL = re.compile(r"\b([a-zA-Z][\w+.-]*)://")
 
 
 def _drop_mathjax_links(text: str) -> str:
@@ -133,6 +151,9 @@ def _clean_metadata(out: dict) -> int:
     return int(cleaned != meta)
 
 
+_BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
+
+
 def _clean_output(out: dict) -> int:
     changed = _clean_metadata(out)
     data = out.get("data")
@@ -142,7 +163,9 @@ def _clean_output(out: dict) -> int:
                 before = data[mime]
                 data[mime] = clean_markdown(before)
                 changed += data[mime] != ("".join(before) if isinstance(before, list) else before)
-            elif mime not in KEPT_MIMETYPES:
+            elif mime not in KEPT_MIMETYPES or (mime.startswith("image/") and not _BASE64.match(
+                    "".join(data[mime]) if isinstance(data[mime], list) else str(data[mime]))):
+                # an image is base64 or nothing: nbconvert writes it into a src attribute
                 del data[mime]
                 changed += 1
         if not data:
@@ -170,8 +193,72 @@ def sanitize_notebook(nb, release_sources: set[str] | frozenset[str] = frozenset
             for name in list(attachments):
                 kinds = attachments[name] if isinstance(attachments[name], dict) else {}
                 if not kinds or any(
-                    not str(k).startswith("image/") or k == "image/svg+xml" for k in kinds
+                    not str(k).startswith("image/") or k == "image/svg+xml"
+                    or not _BASE64.match("".join(v) if isinstance(v, list) else str(v))
+                    for k, v in kinds.items()   # base64 or nothing: it is written into a src
                 ):
                     del attachments[name]
                     changed += 1
+    return changed
+
+
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*$(.*?)^[ \t]*### END HIDDEN TESTS", re.M | re.S)
+HIDDEN_LINE = "[a line of a hidden test: removed]"
+
+
+def hide_hidden_lines(nb, min_chars: int = 12) -> int:
+    """Every output line of ``nb`` that holds a line of one of its hidden tests (of at least
+    ``min_chars`` characters, stripped) is replaced by :data:`HIDDEN_LINE`: learner code run
+    by a hidden test can read its source (linecache, a warning's frame) and print it, and the
+    output reaches the feedback, whose cell source ClearHiddenTests empties. Returns how many
+    outputs changed. A test's own messages are evaluated strings, not its source lines."""
+    sources = [cell.source if isinstance(cell.source, str) else "".join(cell.source)
+               for cell in nb.cells]
+    hidden = {line.strip() for src in sources for block in _HIDDEN.findall(src)
+              for line in block.splitlines() if len(line.strip()) >= min_chars}
+    public = "\n".join(_HIDDEN.sub("", src) for src in sources)
+    hidden = {h for h in hidden if h not in public}   # what the notebook shows anyway stays
+    if not hidden:
+        return 0
+
+    # a line as it was printed (any indent), or inside a longer one when the hidden
+    # line is its own (a test's _hidden_ names, or long): a test's message may quote a short
+    # piece of code ("if scheduler is not None:") that its hidden reference also holds
+    inside = {h for h in hidden if "_hidden" in h or len(h) >= 40}
+
+    def leaks(line: str) -> bool:
+        s = line.strip()
+        return s in hidden or any(h in line for h in inside)
+
+    def scrub(text):
+        joined = "".join(text) if isinstance(text, list) else text
+        if not isinstance(joined, str) or not any(h in joined for h in hidden):
+            return text, False
+        lines = joined.split("\n")
+        if not any(leaks(line) for line in lines):
+            return text, False
+        return "\n".join(HIDDEN_LINE if leaks(line) else line for line in lines), True
+
+    changed = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) or []:
+            hit = False
+            if "text" in out:
+                out["text"], h = scrub(out["text"])
+                hit |= h
+            for key in ("evalue", "ename"):
+                if key in out:
+                    out[key], h = scrub(out[key])
+                    hit |= h
+            if isinstance(out.get("traceback"), list):
+                new = [scrub(t) for t in out["traceback"]]
+                out["traceback"] = [t for t, _ in new]
+                hit |= any(h for _, h in new)
+            data = out.get("data")
+            if isinstance(data, dict):
+                for mime in list(data):
+                    if isinstance(data[mime], (str, list)):
+                        data[mime], h = scrub(data[mime])
+                        hit |= h
+            changed += hit
     return changed

@@ -172,6 +172,18 @@ _NEG_AFTER = re.compile(r"^(?:(?:does|do|did|is|are|was|were|will|would|can|coul
                         r" (?:not|never)|never|is no|are no) ")
 
 
+# a sentence that takes back the whole answer (normalized text): "he is wrong about every word",
+# "none of this is true", "all of the above is false", "i do not believe any of it"
+_DISOWNS = re.compile(
+    r"\b(?:wrong|false|mistaken|untrue|nonsense|incorrect) (?:about |on |in )?(?:every|each|all|"
+    r"any|everything|anything)\b(?: (?:word|thing|point|claim|part|line|sentence|of it|of this|"
+    r"of that|of the above|he says|she says|they say))?"
+    r"|\b(?:none|nothing|not one word|no part) of (?:this|that|it|the above|what \w+ (?:said|says|"
+    r"wrote|claims?|insists?)) is (?:true|right|correct|accurate)"
+    r"|\b(?:all|every word) of (?:this|that|it|the above) is (?:wrong|false|untrue|nonsense)"
+    r"|\bi do not (?:believe|agree with) (?:any|a word) of (?:it|this|that)")
+
+
 def _clause(text: str, start: int) -> tuple[list[str], str]:
     """Words of the clause before ``start`` (back to a ``.``/``,`` or a clause word), and the
     word that opened the clause ('' at a sentence start)."""
@@ -1011,6 +1023,12 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         reasons.append("a misconception next to strong concepts")
     if denied_names and found:
         reasons.append("the answer denies an idea next to ideas it states")
+    disowned = next((raw_kept[k] for k, text in enumerate(graded) if _DISOWNS.search(text)), None)
+    if disowned is not None and found:
+        # "my roommate insists that ... He is wrong about every word": the ideas are stated
+        # and taken back; which of them the learner holds, only a person can tell
+        reasons.append(f"a sentence disowns what the answer states ({_quote(disowned, 80)}): the "
+                       "ideas found may not be the learner's")
     if lo < score < hi:
         reasons.append(f"score {score:.2f} is in the review band {lo:g}-{hi:g}")
     if not found and not wrong and not denied_names:
