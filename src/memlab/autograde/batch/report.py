@@ -78,8 +78,9 @@ def _reason_text(result: dict, decided: dict | None = None) -> tuple[str, list[s
             elif t["stderr"]:
                 parts.append(f"{gid} wrote to stderr ({_said(t['stderr'])})")
         for g in scan["guards"]:
-            parts.append(f"patched grading code, as the kernel reported it: {_said(g)}")
-            review.append(f"patched grading code, as the kernel reported it: {_said(g)}")
+            said = f"patched grading code, as the kernel reported it: {_said(g)}"
+            parts.append(said)
+            review.append(said)
         for r in scan["reviews"]:
             if not r.startswith("audit:"):  # the audit's own line: already in the reasons
                 review.append(f"flagged in the kernel's output: {_said(r, 300)}")
