@@ -93,6 +93,26 @@ def test_the_grading_processes_start_without_the_instructors_secrets(monkeypatch
     assert env["OMP_NUM_THREADS"] == "2" and env["PYTHONUNBUFFERED"] == "1" and "PATH" in env
 
 
+def test_a_jobs_temporary_files_live_in_its_folder(tmp_path, monkeypatch):
+    """06's ranks write a temporary folder: a kernel killed at a limit leaves it in the job's
+    folder (removed by the batch), not in the instructor's temp folder (blind r4, CI)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "instructor"))
+    for var in ("TEMP", "TMP"):
+        monkeypatch.delenv(var, raising=False)  # restored after the test, as TMPDIR
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    job = tmp_path / "memlab-job-x"
+    job.mkdir()
+    tmp = processes._temp_in(job)
+    assert tmp == job / "tmp" and tempfile.gettempdir() == str(tmp)
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert os.path.dirname(child) == str(tmp)
+
+
 @pytest.mark.parametrize("source, unsafe", [
     ('answer_q1 = "%100000000000d" % 1', True),
     ('answer_q1 = "%.99999f" % 1.0', True),

@@ -334,6 +334,20 @@ def _zygote_main() -> None:
         proto.write(f"{pid}\n")
 
 
+def _temp_in(jobdir: Path) -> Path:
+    """Make ``jobdir/tmp`` the temporary folder of this process and of everything it starts: a
+    kernel or a re-run killed at a limit leaves its temporary files (06's rank folders, say) in
+    the job's folder, which the batch removes, never in the instructor's temp folder."""
+    import tempfile
+
+    tmp = jobdir / "tmp"
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    for var in ("TMPDIR", "TEMP", "TMP"):
+        os.environ[var] = str(tmp)
+    tempfile.tempdir = None
+    return tmp
+
+
 def _child_main(jobdir: str, kernels: int = 0, threads: int = 1, pids_max: int = 0) -> None:
     """Grade the job in ``jobdir/job.pkl``; write ``jobdir/result.pkl`` (atomically).
     ``kernels`` warm kernels are forked first: before any thread exists in this process and
@@ -352,6 +366,7 @@ def _child_main(jobdir: str, kernels: int = 0, threads: int = 1, pids_max: int =
     os.dup2(log, 2)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(max(1, threads))
+    _temp_in(jobdir_p)
     _set_subreaper()  # what a kernel detaches is reparented here, and swept below
     _WarmKernels.prefork(kernels, max(1, threads))
     with open(jobdir_p / "job.pkl", "rb") as fh:
