@@ -29,6 +29,18 @@ r5 (120 answers, 12 classes; first look 2026-12-04, the grader of 7649378):
     states go to 2 bytes", ZeRO-3's traffic said to be DDP's. After: 47/56 83.9%, provisional
     53.3%, one-false-claim above band 0 (r3 and r4 unchanged). Partial answers are the open
     class: a question's part left out is caught only where a notebook names its parts.
+r6 (120 answers, 12 classes; first look 2026-12-04, the grader of 5b08507):
+    decided in band 55/70 78.6% (78.3% with the notebooks' require=), provisional 41.7%, wrong
+    class decided above 0.2: 0, one-false-claim decided above its band: 7 (all at 1.00), strong
+    below 0.7: 0; partial answers 0/5 decided in band.
+    Tuned on (classes): what each technique shrinks, as a table (bank._TECHNIQUES: autocast,
+    checkpointing and accumulation shrink the activations, ZeRO-1/2/3 the model states they
+    shard, empty_cache frees no tensor), checked for the technique nearest before the
+    consumer; loss scaling said to act on the forward pass; checkpointing said to make the
+    gradients approximate; Adam's state said to be made anew every step. After: 55/63
+    87.3%, provisional 47.5%, one-false-claim above band 0 (r3-r5 unchanged). Partial
+    answers stay open: requiring the notebooks' parts on every rubric and capping a missing
+    part into the review band lifted r6 to 90.6% decided in band but sent 55.8% to review.
 """
 from __future__ import annotations
 
@@ -66,6 +78,7 @@ ROUNDS = {r.name: r for r in (
     Round("r3", 11, ("confidently-wrong-keywords", *_WRONG[1:]), _STRONG[:3], 0.92, 0.50, 0, 0, 1),
     Round("r4", 12, _WRONG, _STRONG, 0.72, 0.51, 2, 1, 3),
     Round("r5", 12, _WRONG, _STRONG, 0.83, 0.54, 0, 0, 0),
+    Round("r6", 12, _WRONG, _STRONG, 0.87, 0.48, 0, 0, 0),
 )}
 
 
@@ -196,3 +209,53 @@ def test_a_kv_cache_is_not_the_caching_allocator():
     on = grade_text("PyTorch keeps freed blocks in the cache instead of returning them to the "
                     "driver.", "allocated_vs_reserved")
     assert "found: the caching allocator keeps freed blocks" in on.report(), on.report()
+
+
+@pytest.mark.parametrize("rubric, claim, misconception", [
+    # a technique said to shrink what it does not (r6's class, in other words than r6's)
+    ("oom_before_batch", "With bf16 autocast: besides keeping activations in 16 bits it also "
+                         "halves the weights and the Adam moments.", "says mixed precision shrinks"),
+    ("sharding_when_why", "On top of that FSDP also splits every rank's activations by N.",
+     "says ZeRO-3/FSDP shrinks the activations"),
+    ("bytes_conventions", "Take ZeRO stage 1 on 8 GPUs: it partitions the parameters, gradients "
+                          "and optimizer state eight ways.", "says ZeRO-1 shrinks"),
+    ("allocated_vs_reserved", "Calling torch.cuda.empty_cache() frees the tensors nobody uses.",
+     "says empty_cache frees tensors"),
+    ("checkpointing_cost", "Checkpointing also cuts the optimizer state.",
+     "says gradient checkpointing shrinks"),
+    ("accumulation_equivalence", "Accumulation also halves the memory of the parameters.",
+     "says gradient accumulation shrinks"),
+    ("fp16_loss_scaling", "GradScaler keeps the activations of the forward below 65504.",
+     "says loss scaling acts on the forward pass"),
+    ("checkpointing_cost", "With checkpointing the gradients come out slightly different.",
+     "says checkpointing makes the gradients approximate"),
+    ("peak_moves", "The Adam moments are freed after every step.",
+     "says the optimizer state is created anew"),
+])
+def test_a_technique_said_to_do_what_it_does_not_is_a_misconception(rubric, claim, misconception):
+    report = grade_text(claim, rubric).report()
+    assert f"misconception: {misconception}" in report, report
+
+
+@pytest.mark.parametrize("rubric, sentence", [
+    ("sharding_when_why", "ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients, and "
+                          "ZeRO-3 the parameters too."),
+    ("sharding_when_why", "FSDP shards the parameters, gradients and optimizer state across the "
+                          "GPUs."),
+    ("oom_before_batch", "Mixed precision halves the activations, while the weights and Adam "
+                         "state stay in fp32."),
+    ("oom_before_batch", "Mixed precision does not halve the weights or the optimizer state."),
+    ("oom_before_batch", "Gradient accumulation cuts the activation memory by k, and the "
+                         "gradients are summed in place."),
+    ("allocated_vs_reserved", "empty_cache releases the cached blocks to the driver, but "
+                              "memory_allocated does not change."),
+    ("checkpointing_cost", "Checkpointing reduces activation memory; parameters, gradients and "
+                           "optimizer state are unchanged."),
+    ("fp16_loss_scaling", "The scaler multiplies the loss, so the gradients are scaled; the "
+                          "forward pass is unchanged."),
+    ("peak_moves", "The foreach update creates temporaries at every step and frees them "
+                   "afterwards."),
+    ("peak_moves", "Adam creates its two moments at the first step and keeps them."),
+])
+def test_what_a_technique_really_does_is_no_misconception(rubric, sentence):
+    assert "misconception" not in grade_text(sentence, rubric).report()

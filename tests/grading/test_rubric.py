@@ -1399,7 +1399,9 @@ _CORE = {
 
 @pytest.mark.parametrize("rid, claim", [
     ("fp16_loss_scaling", "Loss scaling also halves the optimizer state in memory."),
-    ("accumulation_equivalence", "Accumulation also halves the memory of the parameters."),
+    # (a claim the effects table checks is decided instead: "accumulation halves the
+    # parameters" is a misconception, test_answer_blind.py)
+    ("accumulation_equivalence", "Accumulation also doubles the time of each optimizer step."),
 ])
 def test_a_technical_claim_no_pattern_checked_makes_the_score_provisional(rid, claim):
     """A right core plus one sentence the grader cannot check: the score stands provisionally,

@@ -1630,6 +1630,121 @@ DIRECTIONS = (
 )
 
 
+
+# What each technique shrinks (notebooks 02-06, 10; REFERENCE.md): a claim that it shrinks
+# another consumer is a misconception on every question, whatever words it is made in. Each
+# entry: the technique's names, the verbs its claim uses, the consumers it really shrinks, and
+# why. The consumer a verb's object list names is checked against the technique NEAREST before
+# it in the same clause ("ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients").
+_EFFECT_CONSUMERS = {
+    "parameters": r"(?:(?:model |master |fp32 )?(?:weights|parameters|params))",
+    "gradients": r"(?<!activation )(?<!activations )(?:gradients|grads)",
+    "optimizer state": (r"(?:optimi[sz]er states?|adam(?: s)? (?:states?|moments)|(?:the )?(?:two |2 )?"
+                        r"moments|exp_avg\w*|momentum buffers?)"),
+    "activations": r"(?:(?:saved |stored )?activations?|saved tensors|intermediates)",
+    "live tensors": (r"(?:[a-z_.]*memory_allocated|allocated (?:memory|bytes)|live tensors|"
+                     r"(?:unused |dead |unreferenced )?tensors)"),
+}
+_SHRINK_VERB = r"(?:halv\w*|shrink\w*|cuts?|compress\w*|lowers?|reduces?|shorten\w*)"
+_SHARD_VERB = r"(?:shard\w*|split\w*|partition\w*|divid\w*|distribut\w*|slic\w*|spread\w*|cuts?|shrink\w*)"
+_FREE_VERB = r"(?:frees?|releas\w*|delet\w*|clears?|lowers?|reduces?|drops?|shrink\w*|empties)"
+_TECHNIQUES = {  # name: (its patterns, verb, the consumers it shrinks, the course's words)
+    "mixed precision": (r"(?:mixed precision|autocast|amp)", _SHRINK_VERB, {"activations"},
+                        "under autocast the fp32 weights, their gradients and Adam's moments stay "
+                        "as they are; what is computed in 16 bits (the activations) shrinks"),
+    "gradient checkpointing": (r"(?:(?:gradient |activation )?checkpointing|recomputation)",
+                               _SHRINK_VERB, {"activations"},
+                               "checkpointing drops saved activations and recomputes them; the "
+                               "parameters, gradients and optimizer state are untouched"),
+    "gradient accumulation": (r"(?:gradient accumulation|accumulation|micro ?batching)",
+                              _SHRINK_VERB, {"activations"},
+                              "accumulation holds one micro-batch's activations at a time; the "
+                              "parameters, gradients and optimizer state stay whole"),
+    "ZeRO-1": (r"(?:zero ?(?:stage )?1|stage 1|zeroredundancyoptimizer)", _SHARD_VERB,
+               {"optimizer state"}, "ZeRO-1 shards the optimizer state only; every rank keeps "
+               "all parameters and gradients"),
+    "ZeRO-2": (r"(?:zero ?(?:stage )?2|stage 2)", _SHARD_VERB, {"optimizer state", "gradients"},
+               "ZeRO-2 shards the optimizer state and the gradients, not the parameters"),
+    "ZeRO-3/FSDP": (r"(?:zero ?(?:stage )?3|stage 3|fsdp2?|fully sharded(?: data parallel)?)",
+                    _SHARD_VERB, {"optimizer state", "gradients", "parameters"},
+                    "ZeRO-3/FSDP shard the model states (parameters, gradients, optimizer "
+                    "state); each rank's activations are its own micro-batch's, unchanged"),
+    "empty_cache": (r"(?:[a-z_.]*empty_cache|emptying the cache)", _FREE_VERB, set(),
+                    "empty_cache returns cached, unused blocks to the driver: no tensor is "
+                    "freed and memory_allocated does not change"),
+}
+_ANY_TECHNIQUE = "|".join(t[0] for t in _TECHNIQUES.values())
+# a word that ends the claim's reach: a contrast, a limit, a negation, a new clause
+_EFFECT_STOP = (r"(?:not|no|never|nor|non|without|only|just|except|but|while|whereas|unlike|"
+                r"rather|instead|than|so|because|since|if|when|which|stay\w*|remain\w*|keeps?|"
+                r"kept|unchanged|untouched|neither|none|nothing)")
+_EFFECT_WORD = rf"(?!(?:{_EFFECT_STOP}|{_ANY_TECHNIQUE}) )[^ .]+"
+# ... and the consumer is not the subject of a clause of its own ("..., and the gradients are
+# summed in place"; "the weights stay fp32")
+_EFFECT_AFTER = (r"(?! (?:[^ .,]+ ){0,3}(?:stay\w*|remain\w*|unchanged|untouched|in fp32|"
+                 r"as they are|as it is|(?:are|is) not)\b)(?! (?:are|is|were|was|get|gets|must|"
+                 r"can|will|would|need|needs|have|has|do|does)\b)")
+
+
+def _effect_direction(name: str) -> Direction:
+    pattern, verb, shrinks, why = _TECHNIQUES[name]
+    wrong = [c for c in _EFFECT_CONSUMERS if c not in shrinks
+             and (c != "live tensors" or name == "empty_cache")]
+    consumers = "|".join(_EFFECT_CONSUMERS[c] for c in wrong)
+    said = ("frees tensors" if name == "empty_cache" else "shrinks the " + (
+        ", the ".join(wrong[:-1]) + " or the " if len(wrong) > 1 else "") + wrong[-1])
+    return Direction(
+        f"says {name} {said}",
+        # "bf16 autocast: besides storing activations in 16 bits it also halves the parameters,
+        # gradients and Adam state"; "ZeRO stage 1 over 8 GPUs: it splits ...": a colon or a
+        # sentence's end crossed where the next words go on about the technique
+        (rf"{_SUBJECT}(?:{pattern}) (?:(?:{_EFFECT_WORD} ){{0,4}}\. "
+         rf"(?=(?:it|this|that|they|besides|also) ))?(?:{_EFFECT_WORD} ){{0,10}}{verb} "
+         rf"(?:{_EFFECT_WORD} ){{0,8}}(?:{consumers})\b{_EFFECT_AFTER}",),
+        why, tuple(RUBRICS_USING_EFFECTS), penalty=0.4)
+
+
+RUBRICS_USING_EFFECTS = ("oom_before_batch", "checkpointing_cost", "fp16_loss_scaling",
+                         "accumulation_equivalence", "activations_scaling",
+                         "allocated_vs_reserved", "sharding_when_why", "kv_cache_tradeoff",
+                         "peak_moves", "bytes_conventions")
+DIRECTIONS += tuple(_effect_direction(name) for name in _TECHNIQUES)
+DIRECTIONS += (
+    Direction(
+        "says loss scaling acts on the forward pass or the activations",
+        # the scaler multiplies the loss (so the backward's gradients); the forward runs as it was
+        (rf"{_SCALER} {G(4)}(?:also )?(?:protects?|scales?|rescales?|guards?|keeps?|clamps?|"
+         rf"changes?) {G(2)}(?:the )?(?:forward(?: pass)?|activations?|logits|outputs?)\b",),
+        "the scaler multiplies the loss, so only the backward's gradients are scaled; the "
+        "forward pass and its activations run as before (an overflow in the forward is not "
+        "what loss scaling prevents)",
+        ("fp16_loss_scaling", "oom_before_batch")),
+    Direction(
+        "says checkpointing makes the gradients approximate",
+        # recomputation reruns the same ops (the RNG state restored): the same values
+        (rf"(?:recomput\w*|rebuilt|recreated|checkpointing|checkpointed) {G(6)}"
+         rf"(?:(?:only )?approximat\w*|inexact|lossy|less accurate|slightly different)",
+         rf"(?:price|cost)\w* {G(3)}(?:also )?(?:some |a little |a bit of )?(?:accuracy|precision)",
+         rf"gradients? {G(4)}(?:slightly|a bit|a little) (?:different|off|noisier|wrong)"),
+        "the recomputation reruns the same operations (with the RNG state restored for "
+        "dropout), so the activations and the gradients are the same as without checkpointing; "
+        "the price is time, not accuracy",
+        ("checkpointing_cost", "oom_before_batch")),
+    Direction(
+        "says the optimizer state is created anew and freed at every step",
+        # Adam's moments are made at the first step and kept: a model state, not a temporary
+        (rf"(?:adam\w*|optimi[sz]er|step) {G(2)}(?:re)?(?:creat|allocat|build|make|mak)\w* "
+         rf"{G(2)}(?:exp_avg\w*|moments|(?:its |the |optimi[sz]er )?states?)[^.]{{0,40}}"
+         r"(?:fresh|anew|again|from scratch)? ?(?:at|in|on|for|during) (?:every|each) "
+         r"(?:optimi[sz]er(?:\.| )?)?step",
+         rf"(?:exp_avg\w*|moments|(?:adam|optimi[sz]er) states?) {G(3)}(?:re ?created|"
+         rf"rebuilt|reallocated|freed|released|deleted) {G(2)}(?:at|after|in|on) (?:every|each) "
+         r"(?:optimi[sz]er )?step"),
+        "Adam's two moments are created at the first step and kept from then on, like the "
+        "parameters; what the step makes and frees again are the foreach update's temporaries",
+        ("peak_moves", "activations_scaling", "oom_before_batch", "bytes_conventions")),
+)
+
 # The numbers the course teaches on each question, with their sources (../REFERENCE.md, the
 # notebooks): an answer that states one states a number the grader knows, not an unchecked one.
 FACTS: dict[str, tuple[str, ...]] = {
