@@ -391,43 +391,7 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
     import ipywidgets as W
 
     cfg = _config(config, overrides)
-    style = {"description_width": "130px"}   # the longest label, "sequence length", with room
-    lay = W.Layout(width="400px")
-
-    def slider(cls, value, description, **kw):
-        return cls(value=value, description=description, continuous_update=False,
-                   style=style, layout=lay, **kw)
-
-    from_shape = cfg["n_params"] is None
-    kv_options = [("= heads (multi-head)", KV_SAME), ("1 (multi-query)", 1)] + [
-        (str(g), g) for g in sorted({2, 4, 8, 16, 32, cfg["kv_heads"] or 2} - {1})]
-    controls = {
-        "params_from_shape": W.Checkbox(value=from_shape, description="parameters from shape",
-                                        style=style, layout=lay),
-        "n_params_billion": slider(W.FloatLogSlider, (cfg["n_params"] or params_from_shape(cfg)) / 1e9,
-                                   "parameters (B)", base=10, min=-3, max=3, step=0.01,
-                                   readout_format=".3g"),
-        "layers": slider(W.IntSlider, cfg["layers"], "layers", min=1, max=128),
-        "hidden": slider(W.IntSlider, cfg["hidden"], "hidden size", min=64, max=16384, step=64),
-        "heads": slider(W.IntSlider, cfg["heads"], "heads", min=1, max=128),
-        "kv_heads": W.Dropdown(options=kv_options, value=cfg["kv_heads"] or KV_SAME,
-                               description="kv heads", style=style, layout=lay),
-        "vocab": slider(W.IntSlider, cfg["vocab"], "vocabulary", min=256, max=262144, step=256),
-        "seq_len": slider(W.IntSlider, cfg["seq_len"], "sequence length", min=16, max=32768, step=16),
-        # a text box: any batch is typed as it is (the module docstring)
-        "batch": W.IntText(value=cfg["batch"], description="batch size", continuous_update=False,
-                           style=style, layout=lay),
-        "precision": W.Dropdown(options=list(PRECISIONS), value=cfg["precision"],
-                                description="precision", style=style, layout=lay),
-        "optimizer": W.Dropdown(options=list(OPTIMIZERS), value=cfg["optimizer"],
-                                description="optimizer", style=style, layout=lay),
-        "attention": W.Dropdown(options=list(ATTENTIONS), value=cfg["attention"],
-                                description="attention", style=style, layout=lay),
-        "checkpointing": W.Checkbox(value=cfg["checkpointing"], description="checkpointing",
-                                    style=style, layout=lay),
-        "serving": W.Checkbox(value=cfg["serving"], description="serving (weights + KV cache)",
-                              style=style, layout=lay),
-    }
+    controls = _controls(W, cfg)
     summary = W.HTML(layout=W.Layout(width="100%")).add_class("memlab-calculator-summary")
     image = W.Image(format="png", layout=W.Layout(width="495px", max_width="100%"))
     text_lay = dict(width="400px", margin="2px 2px 2px 8px")
@@ -438,53 +402,10 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
 
     class CalculatorWidget(W.VBox):
         def _show_range_notes(self) -> None:
-            notes = _range_notes(controls)
-            range_note.value = (f"<div style='{_TEXT_CSS}; color: #8a5a00'>"
-                                + "<br>".join(notes) + "</div>") if notes else ""
-            range_note.layout.display = "flex" if notes else "none"
+            _show_range_notes(self)
 
         def update(self, *_: Any) -> None:
-            c = dict(cfg)
-            for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "batch",
-                        "precision", "optimizer", "attention", "checkpointing", "serving"):
-                c[key] = controls[key].value
-            c["kv_heads"] = c["kv_heads"] or None      # KV_SAME (or no selection): = heads
-            for key in TRAINING_ONLY:                  # serving: these do not apply
-                controls[key].disabled = c["serving"]
-                controls[key].tooltip = "training only" if c["serving"] else None
-            serving_note.layout.display = "flex" if c["serving"] else "none"
-            self._show_range_notes()
-            if type(c["batch"]) is not int or c["batch"] < 1:
-                summary.value = _error_html(
-                    "No such batch:", f"batch size {c['batch']}: a batch holds at least one "
-                    "sequence; type 1 or more.")
-                return
-            try:
-                shape_params = params_from_shape(c, n_params=None)
-            except ValueError as err:
-                summary.value = _error_html("No such model:", str(err))
-                return
-            if controls["params_from_shape"].value:
-                c["n_params"] = None
-                controls["n_params_billion"].disabled = True
-                self._syncing = True
-                try:
-                    controls["n_params_billion"].value = shape_params / 1e9
-                finally:
-                    self._syncing = False
-            else:
-                controls["n_params_billion"].disabled = False
-                c["n_params"] = int(round(controls["n_params_billion"].value * 1e9))
-            try:
-                result = estimate(c)
-            except ValueError as err:  # an impossible shape: say why, keep the last chart
-                summary.value = _error_html("No such model:", str(err))
-                return
-            n = shape_params if c["n_params"] is None else c["n_params"]
-            self.config, self.result = c, result
-            summary.value = _summary_html(result, n, c["serving"])
-            image.value = _figure_png(result, f"total {fmt_bytes(result['total'])}")
-            self._show_range_notes()                # the n_params slider may have moved
+            _update(self, cfg)
 
     # Fixed-width columns that never shrink for each other; a narrow notebook wraps the chart
     # under the controls (and scales it down to the notebook's width).
@@ -507,3 +428,108 @@ def calculator_widget(config: Mapping[str, Any] | None = None, **overrides: Any)
         w.observe(on_change, names="value")
     box.update()
     return box
+
+
+def _controls(W: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The calculator's input widgets (``W``: ipywidgets), name -> widget, set from ``cfg``."""
+    style = {"description_width": "130px"}   # the longest label, "sequence length", with room
+    lay = W.Layout(width="400px")
+
+    def slider(cls, value, description, **kw):
+        return cls(value=value, description=description, continuous_update=False,
+                   style=style, layout=lay, **kw)
+
+    from_shape = cfg["n_params"] is None
+    kv_options = [("= heads (multi-head)", KV_SAME), ("1 (multi-query)", 1)] + [
+        (str(g), g) for g in sorted({2, 4, 8, 16, 32, cfg["kv_heads"] or 2} - {1})]
+    return {
+        "params_from_shape": W.Checkbox(value=from_shape, description="parameters from shape",
+                                        style=style, layout=lay),
+        "n_params_billion": slider(W.FloatLogSlider,
+                                   (cfg["n_params"] or params_from_shape(cfg)) / 1e9,
+                                   "parameters (B)", base=10, min=-3, max=3, step=0.01,
+                                   readout_format=".3g"),
+        "layers": slider(W.IntSlider, cfg["layers"], "layers", min=1, max=128),
+        "hidden": slider(W.IntSlider, cfg["hidden"], "hidden size", min=64, max=16384, step=64),
+        "heads": slider(W.IntSlider, cfg["heads"], "heads", min=1, max=128),
+        "kv_heads": W.Dropdown(options=kv_options, value=cfg["kv_heads"] or KV_SAME,
+                               description="kv heads", style=style, layout=lay),
+        "vocab": slider(W.IntSlider, cfg["vocab"], "vocabulary", min=256, max=262144, step=256),
+        "seq_len": slider(W.IntSlider, cfg["seq_len"], "sequence length", min=16, max=32768,
+                          step=16),
+        # a text box: any batch is typed as it is (the module docstring)
+        "batch": W.IntText(value=cfg["batch"], description="batch size", continuous_update=False,
+                           style=style, layout=lay),
+        "precision": W.Dropdown(options=list(PRECISIONS), value=cfg["precision"],
+                                description="precision", style=style, layout=lay),
+        "optimizer": W.Dropdown(options=list(OPTIMIZERS), value=cfg["optimizer"],
+                                description="optimizer", style=style, layout=lay),
+        "attention": W.Dropdown(options=list(ATTENTIONS), value=cfg["attention"],
+                                description="attention", style=style, layout=lay),
+        "checkpointing": W.Checkbox(value=cfg["checkpointing"], description="checkpointing",
+                                    style=style, layout=lay),
+        "serving": W.Checkbox(value=cfg["serving"], description="serving (weights + KV cache)",
+                              style=style, layout=lay),
+    }
+
+
+def _show_range_notes(box: Any) -> None:
+    """Show (or hide) the calculator's note on the sliders that sit at an end of their range."""
+    notes = _range_notes(box.controls)
+    box.range_note.value = (f"<div style='{_TEXT_CSS}; color: #8a5a00'>"
+                            + "<br>".join(notes) + "</div>") if notes else ""
+    box.range_note.layout.display = "flex" if notes else "none"
+
+
+def _update(box: Any, cfg: Mapping[str, Any]) -> None:
+    """The calculator's ``update()``: ``cfg`` with the controls' values -> :func:`estimate` ->
+    the summary and the chart; an impossible input says why and keeps the last chart."""
+    controls = box.controls
+    c = dict(cfg)
+    for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "batch",
+                "precision", "optimizer", "attention", "checkpointing", "serving"):
+        c[key] = controls[key].value
+    c["kv_heads"] = c["kv_heads"] or None      # KV_SAME (or no selection): = heads
+    for key in TRAINING_ONLY:                  # serving: these do not apply
+        controls[key].disabled = c["serving"]
+        controls[key].tooltip = "training only" if c["serving"] else None
+    box.serving_note.layout.display = "flex" if c["serving"] else "none"
+    box._show_range_notes()
+    if type(c["batch"]) is not int or c["batch"] < 1:
+        box.summary.value = _error_html(
+            "No such batch:", f"batch size {c['batch']}: a batch holds at least one "
+            "sequence; type 1 or more.")
+        return
+    try:
+        shape_params = params_from_shape(c, n_params=None)
+    except ValueError as err:
+        box.summary.value = _error_html("No such model:", str(err))
+        return
+    _sync_n_params(box, c, shape_params)
+    try:
+        result = estimate(c)
+    except ValueError as err:  # an impossible shape: say why, keep the last chart
+        box.summary.value = _error_html("No such model:", str(err))
+        return
+    n = shape_params if c["n_params"] is None else c["n_params"]
+    box.config, box.result = c, result
+    box.summary.value = _summary_html(result, n, c["serving"])
+    box.image.value = _figure_png(result, f"total {fmt_bytes(result['total'])}")
+    box._show_range_notes()                # the n_params slider may have moved
+
+
+def _sync_n_params(box: Any, c: dict[str, Any], shape_params: int) -> None:
+    """Parameters from the shape: the n_params slider shows (disabled) the count the shape
+    gives, without an update of its own; else the config takes the slider's count."""
+    slider = box.controls["n_params_billion"]
+    if box.controls["params_from_shape"].value:
+        c["n_params"] = None
+        slider.disabled = True
+        box._syncing = True
+        try:
+            slider.value = shape_params / 1e9
+        finally:
+            box._syncing = False
+    else:
+        slider.disabled = False
+        c["n_params"] = int(round(slider.value * 1e9))

@@ -349,64 +349,115 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
     sizes = [int(s) for s in sizes]
     n = len(sizes)
     groups = group_sizes(n, accum_steps)
-    first_of_group, last_of_group = [], []
-    start = 0
-    for g in groups:
-        first_of_group.append(start)
-        last_of_group.append(start + g - 1)
-        start += g
-    ev = spy.events
     problems = check_micro_batches(spy, sizes)
     if problems:
         return problems
-    pos_f = {e.index: i for i, e in enumerate(ev) if e.kind == "forward"}
-    pos_b = {e.index: i for i, e in enumerate(ev) if e.kind == "backward"}
-
+    layout = _Layout.of(spy.events, groups)
     if not _is_unchecked(amp_dtype):
-        want = torch.float32 if amp_dtype is None else amp_dtype
-        got = [e.out_dtype for e in ev if e.kind == "forward"]
-        if any(d != want for d in got):
-            bad = next(d for d in got if d != want)
-            if amp_dtype is None:
-                problems.append(f"amp_dtype=None, but the model's output was {bad}: None means no "
-                                "autocast (torch.autocast(..., enabled=amp_dtype is not None); "
-                                "autocast with dtype=None picks a 16-bit default).")
-            else:
-                problems.append(f"amp_dtype={amp_dtype}, but the model's output was {bad}: autocast "
-                                f"did not run in {amp_dtype} on this {spy_device(spy)} device. Use "
-                                "torch.autocast(next(model.parameters()).device.type, "
-                                "dtype=amp_dtype): autocast hard-coded to 'cuda' (or "
-                                "device_type=\"cuda\") disables itself on a machine without CUDA "
-                                "and leaves a model on the CPU in fp32 on a machine with CUDA, and "
-                                "a fixed dtype ignores the argument.")
+        problems += _autocast_problems(spy, amp_dtype)
+    problems += _step_problems(layout, n, accum_steps)
+    problems += _zero_grad_problems(layout)
+    if spy.scheduler is not None:
+        problems += _scheduler_problems(layout)
+    if scaler:
+        problems += _scale_problems(layout, n)
+        if _scaler_unused(layout):
+            problems.insert(0, "the GradScaler passed in as `scaler` was never used: use that "
+                            "object (scaler.scale, scaler.step, scaler.update), do not build your "
+                            "own GradScaler inside the function (the caller owns its scale and "
+                            "state across epochs).")
+            return problems
+        problems += _scaler_step_problems(layout, max_norm)
+    if max_norm is not None:
+        problems += _clipping_problems(layout, max_norm)
+    return problems
 
-    steps = [i for i, e in enumerate(ev) if e.kind == "step"]
-    if len(steps) != len(groups):
-        problems.append(f"optimizer.step() ran {len(steps)} times, expected {len(groups)} "
-                        f"({n} micro-batches, accum_steps={accum_steps}: one step per "
-                        f"{accum_steps} micro-batches, and one for a shorter last group).")
-    else:
-        for g, s in enumerate(steps):
-            lo = pos_b[last_of_group[g]]
-            hi = pos_f[first_of_group[g + 1]] if g + 1 < len(groups) else len(ev)
-            if not lo < s < hi:
-                problems.append(f"optimizer step {g} is not between the last backward of its "
-                                "group and the next group's first forward: step once per group, "
-                                "after all of its micro-batches.")
-                break
 
-    for g, first in enumerate(first_of_group):
-        if not ev[pos_f[first]].grads_clean:
+@dataclass(frozen=True)
+class _Layout:
+    """Where the micro-batches and their groups sit in the events a spy recorded."""
+
+    ev: list[Event]
+    groups: list[int]                # micro-batches per group
+    first_of_group: list[int]        # the micro-batch that starts each group
+    last_of_group: list[int]         # the micro-batch that ends each group
+    pos_f: dict[int | None, int]     # micro-batch -> position of its forward in ``ev``
+    pos_b: dict[int | None, int]     # micro-batch -> position of its backward in ``ev``
+    steps: list[int]                 # positions of the optimizer steps
+
+    @classmethod
+    def of(cls, ev: list[Event], groups: list[int]) -> _Layout:
+        first_of_group, last_of_group = [], []
+        start = 0
+        for g in groups:
+            first_of_group.append(start)
+            last_of_group.append(start + g - 1)
+            start += g
+        return cls(ev, groups, first_of_group, last_of_group,
+                   {e.index: i for i, e in enumerate(ev) if e.kind == "forward"},
+                   {e.index: i for i, e in enumerate(ev) if e.kind == "backward"},
+                   [i for i, e in enumerate(ev) if e.kind == "step"])
+
+    def window(self, g: int) -> tuple[int, int]:
+        """(group ``g``'s last backward, the next group's first forward or the end of ``ev``)."""
+        lo = self.pos_b[self.last_of_group[g]]
+        hi = (self.pos_f[self.first_of_group[g + 1]] if g + 1 < len(self.groups)
+              else len(self.ev))
+        return lo, hi
+
+    def positions(self, kind: str) -> list[int]:
+        """The positions of the events of ``kind``."""
+        return [i for i, e in enumerate(self.ev) if e.kind == kind]
+
+
+def _autocast_problems(spy: TrainingSpy, amp_dtype: Any) -> list[str]:
+    want = torch.float32 if amp_dtype is None else amp_dtype
+    got = [e.out_dtype for e in spy.events if e.kind == "forward"]
+    if not any(d != want for d in got):
+        return []
+    bad = next(d for d in got if d != want)
+    if amp_dtype is None:
+        return [f"amp_dtype=None, but the model's output was {bad}: None means no "
+                "autocast (torch.autocast(..., enabled=amp_dtype is not None); "
+                "autocast with dtype=None picks a 16-bit default)."]
+    return [f"amp_dtype={amp_dtype}, but the model's output was {bad}: autocast "
+            f"did not run in {amp_dtype} on this {spy_device(spy)} device. Use "
+            "torch.autocast(next(model.parameters()).device.type, "
+            "dtype=amp_dtype): autocast hard-coded to 'cuda' (or "
+            "device_type=\"cuda\") disables itself on a machine without CUDA "
+            "and leaves a model on the CPU in fp32 on a machine with CUDA, and "
+            "a fixed dtype ignores the argument."]
+
+
+def _step_problems(layout: _Layout, n: int, accum_steps: int) -> list[str]:
+    """One optimizer step per group, between its last backward and the next group."""
+    if len(layout.steps) != len(layout.groups):
+        return [f"optimizer.step() ran {len(layout.steps)} times, expected {len(layout.groups)} "
+                f"({n} micro-batches, accum_steps={accum_steps}: one step per "
+                f"{accum_steps} micro-batches, and one for a shorter last group)."]
+    for g, s in enumerate(layout.steps):
+        lo, hi = layout.window(g)
+        if not lo < s < hi:
+            return [f"optimizer step {g} is not between the last backward of its "
+                    "group and the next group's first forward: step once per group, "
+                    "after all of its micro-batches."]
+    return []
+
+
+def _zero_grad_problems(layout: _Layout) -> list[str]:
+    """Clean gradients when a group starts, and zero_grad only at a boundary."""
+    problems = []
+    for g, first in enumerate(layout.first_of_group):
+        if not layout.ev[layout.pos_f[first]].grads_clean:
             problems.append(f"group {g} started with gradients left from before: call "
                             "optimizer.zero_grad() at every boundary (before a group's first "
                             "micro-batch, or right after optimizer.step()).")
             break
-    for i, e in enumerate(ev):
-        if e.kind != "zero_grad":
-            continue
-        ok = i < pos_b[first_of_group[0]] or (bool(steps) and i > steps[-1])
-        for g in range(1, len(groups)):
-            if g - 1 < len(steps) and steps[g - 1] < i < pos_b[first_of_group[g]]:
+    steps = layout.steps
+    for i in layout.positions("zero_grad"):
+        ok = i < layout.pos_b[layout.first_of_group[0]] or (bool(steps) and i > steps[-1])
+        for g in range(1, len(layout.groups)):
+            if g - 1 < len(steps) and steps[g - 1] < i < layout.pos_b[layout.first_of_group[g]]:
                 ok = True
         if not ok:
             problems.append("optimizer.zero_grad() ran inside an accumulation window (or between "
@@ -414,83 +465,96 @@ def check_accumulation(spy: TrainingSpy, sizes: Sequence[int], accum_steps: int,
                             "still needs. Zero only at a boundary: before a group's first "
                             "backward, or right after optimizer.step().")
             break
-
-    scheds = [i for i, e in enumerate(ev) if e.kind == "scheduler"]
-    if spy.scheduler is not None:
-        if len(scheds) != len(steps):
-            problems.append(f"scheduler.step() ran {len(scheds)} times for {len(steps)} optimizer "
-                            "steps: step the scheduler once per optimizer step, not per "
-                            "micro-batch.")
-        else:
-            for s, sched in zip(steps, scheds):
-                if sched < s:
-                    problems.append("scheduler.step() ran before optimizer.step(): call it right "
-                                    "after the optimizer step (PyTorch warns otherwise).")
-                    break
-
-    if scaler:
-        scales = [i for i, e in enumerate(ev) if e.kind == "scale"]
-        if len(scales) != n:
-            problems.append(f"scaler.scale() ran {len(scales)} times for {n} micro-batches: scale "
-                            "every micro-batch's loss before its backward().")
-        else:
-            for m, i in enumerate(scales):
-                if not pos_f[m] < i < pos_b[m]:
-                    problems.append("scaler.scale(loss) must come between a micro-batch's "
-                                    "forward and its backward().")
-                    break
-        for kind, what in (("scaler.step", "scaler.step(optimizer)"), ("update", "scaler.update()")):
-            c = sum(e.kind == kind for e in ev)
-            if c != len(groups):
-                problems.append(f"{what} ran {c} times, expected once per optimizer step "
-                                f"({len(groups)}).")
-        if any(e.kind == "step" and e.other_scaler for e in ev) or (
-                steps and not any(e.kind in ("scale", "scaler.step") for e in ev)):
-            problems.insert(0, "the GradScaler passed in as `scaler` was never used: use that "
-                            "object (scaler.scale, scaler.step, scaler.update), do not build your "
-                            "own GradScaler inside the function (the caller owns its scale and "
-                            "state across epochs).")
-            return problems
-        if any(e.kind == "step" and not e.inside_scaler_step for e in ev):
-            problems.append("optimizer.step() was called directly: with a GradScaler call "
-                            "scaler.step(optimizer), which skips the step when a gradient is "
-                            "inf/NaN.")
-        unscales = [i for i, e in enumerate(ev) if e.kind == "unscale_"]
-        if max_norm is not None and len(unscales) != len(groups):
-            problems.append(f"scaler.unscale_(optimizer) ran {len(unscales)} times, expected once "
-                            f"per optimizer step ({len(groups)}), before clipping.")
-        sstarts = [i for i, e in enumerate(ev) if e.kind == "scaler.step"]
-        updates = [i for i, e in enumerate(ev) if e.kind == "update"]
-        for g in range(min(len(groups), len(sstarts), len(updates))):
-            lo = pos_b[last_of_group[g]]
-            hi = pos_f[first_of_group[g + 1]] if g + 1 < len(groups) else len(ev)
-            if not (lo < sstarts[g] < updates[g] < hi):
-                problems.append("per group: scaler.step(optimizer) then scaler.update(), both "
-                                "after the group's last backward and before the next group.")
-                break
-        windows = []  # (after the group's last backward, before its scaler.step)
-        for g in range(len(groups)):
-            lo = pos_b[last_of_group[g]]
-            hi = pos_f[first_of_group[g + 1]] if g + 1 < len(groups) else len(ev)
-            nxt = [s for s in sstarts if lo < s < hi]
-            windows.append((lo, nxt[0] if nxt else hi))
-        for u in unscales:
-            if not any(lo < u < hi for lo, hi in windows):
-                problems.append("scaler.unscale_(optimizer) ran outside its place: once per "
-                                "group, after the group's last backward and before "
-                                "scaler.step(optimizer) (unscaling mid-window mixes scaled and "
-                                "unscaled gradients).")
-                break
-
-    if max_norm is not None:
-        for e in ev:
-            if e.kind == "step" and e.grad_norm is not None and e.grad_norm > max_norm * (1 + 1e-3) + 1e-6:
-                problems.append(f"the gradients applied by optimizer.step() had norm "
-                                f"{e.grad_norm:.4g} > max_norm={max_norm}: clip with "
-                                "torch.nn.utils.clip_grad_norm_ (after scaler.unscale_) before "
-                                "stepping.")
-                break
     return problems
+
+
+def _scheduler_problems(layout: _Layout) -> list[str]:
+    """One scheduler step per optimizer step, after it."""
+    scheds = layout.positions("scheduler")
+    if len(scheds) != len(layout.steps):
+        return [f"scheduler.step() ran {len(scheds)} times for {len(layout.steps)} optimizer "
+                "steps: step the scheduler once per optimizer step, not per "
+                "micro-batch."]
+    for s, sched in zip(layout.steps, scheds):
+        if sched < s:
+            return ["scheduler.step() ran before optimizer.step(): call it right "
+                    "after the optimizer step (PyTorch warns otherwise)."]
+    return []
+
+
+def _scale_problems(layout: _Layout, n: int) -> list[str]:
+    """scaler.scale on every micro-batch, between its forward and backward; one scaler.step and
+    one update per group."""
+    problems = []
+    scales = layout.positions("scale")
+    if len(scales) != n:
+        problems.append(f"scaler.scale() ran {len(scales)} times for {n} micro-batches: scale "
+                        "every micro-batch's loss before its backward().")
+    else:
+        for m, i in enumerate(scales):
+            if not layout.pos_f[m] < i < layout.pos_b[m]:
+                problems.append("scaler.scale(loss) must come between a micro-batch's "
+                                "forward and its backward().")
+                break
+    for kind, what in (("scaler.step", "scaler.step(optimizer)"), ("update", "scaler.update()")):
+        c = sum(e.kind == kind for e in layout.ev)
+        if c != len(layout.groups):
+            problems.append(f"{what} ran {c} times, expected once per optimizer step "
+                            f"({len(layout.groups)}).")
+    return problems
+
+
+def _scaler_unused(layout: _Layout) -> bool:
+    """The optimizer was stepped by another GradScaler, or by none while nothing was scaled."""
+    return any(e.kind == "step" and e.other_scaler for e in layout.ev) or bool(
+        layout.steps and not any(e.kind in ("scale", "scaler.step") for e in layout.ev))
+
+
+def _scaler_step_problems(layout: _Layout, max_norm: float | None) -> list[str]:
+    """Per group, with a scaler: the optimizer stepped only through scaler.step, one unscale_
+    before clipping, scaler.step then update after the group's last backward, and unscale_
+    between that backward and scaler.step."""
+    problems = []
+    if any(e.kind == "step" and not e.inside_scaler_step for e in layout.ev):
+        problems.append("optimizer.step() was called directly: with a GradScaler call "
+                        "scaler.step(optimizer), which skips the step when a gradient is "
+                        "inf/NaN.")
+    unscales = layout.positions("unscale_")
+    if max_norm is not None and len(unscales) != len(layout.groups):
+        problems.append(f"scaler.unscale_(optimizer) ran {len(unscales)} times, expected once "
+                        f"per optimizer step ({len(layout.groups)}), before clipping.")
+    sstarts, updates = layout.positions("scaler.step"), layout.positions("update")
+    for g in range(min(len(layout.groups), len(sstarts), len(updates))):
+        lo, hi = layout.window(g)
+        if not (lo < sstarts[g] < updates[g] < hi):
+            problems.append("per group: scaler.step(optimizer) then scaler.update(), both "
+                            "after the group's last backward and before the next group.")
+            break
+    windows = []  # (after the group's last backward, before its scaler.step)
+    for g in range(len(layout.groups)):
+        lo, hi = layout.window(g)
+        nxt = [s for s in sstarts if lo < s < hi]
+        windows.append((lo, nxt[0] if nxt else hi))
+    for u in unscales:
+        if not any(lo < u < hi for lo, hi in windows):
+            problems.append("scaler.unscale_(optimizer) ran outside its place: once per "
+                            "group, after the group's last backward and before "
+                            "scaler.step(optimizer) (unscaling mid-window mixes scaled and "
+                            "unscaled gradients).")
+            break
+    return problems
+
+
+def _clipping_problems(layout: _Layout, max_norm: float) -> list[str]:
+    """The gradients each optimizer step applied had norm <= max_norm (within 0.1%)."""
+    for e in layout.ev:
+        if (e.kind == "step" and e.grad_norm is not None
+                and e.grad_norm > max_norm * (1 + 1e-3) + 1e-6):
+            return [f"the gradients applied by optimizer.step() had norm "
+                    f"{e.grad_norm:.4g} > max_norm={max_norm}: clip with "
+                    "torch.nn.utils.clip_grad_norm_ (after scaler.unscale_) before "
+                    "stepping."]
+    return []
 
 
 def spy_device(spy: TrainingSpy) -> str:

@@ -40,7 +40,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -210,8 +210,6 @@ def _amp_dtype(device: torch.device) -> torch.dtype:
 
 def make_step(technique: str, device: torch.device, cfg: Mapping[str, int]):
     """A fresh model, optimizer and batch; returns (step, tracked objects, notes)."""
-    from torch.utils.checkpoint import checkpoint
-
     from memlab.measure.models import TinyGPT
 
     torch.manual_seed(0)
@@ -221,107 +219,152 @@ def make_step(technique: str, device: torch.device, cfg: Mapping[str, int]):
     s, b, V = cfg["seq_len"], cfg["batch"], cfg["vocab"]
     idx = torch.randint(0, V, (s, b), device=device)
     targets = torch.randint(0, V, (s, b), device=device)
+    run = _Run(model, optimizer, idx, targets, device, cfg)
+    build = _STEPS.get(technique)
+    if build is None:
+        raise ValueError(f"technique must be one of {TECHNIQUES}, not {technique!r}")
     notes: list[str] = []
+    step = build(run, notes)
+    return step, (run.model, run.optimizer, idx, targets), notes
 
-    def forward(ids: torch.Tensor, ckpt: bool = False) -> torch.Tensor:
-        pos = torch.arange(ids.shape[0], device=device)
+
+@dataclass
+class _Run:
+    """What a technique's step works on: the model, its optimizer and the batch (``idx``, of
+    shape (seq_len, batch), and the ``targets`` of its next-token loss)."""
+
+    model: Any
+    optimizer: Any
+    idx: torch.Tensor
+    targets: torch.Tensor
+    device: torch.device
+    cfg: Mapping[str, int]
+
+    def forward(self, ids: torch.Tensor, ckpt: bool = False) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        model = self.model
+        pos = torch.arange(ids.shape[0], device=self.device)
         x = model.tok(ids) + model.pos(pos)[:, None, :]
         for block in model.blocks:
             x = checkpoint(block, x, use_reentrant=False) if ckpt else block(x)
         return model.head(model.ln_f(x))
 
-    def loss_of(logits: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    def loss_of(self, logits: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        V = self.cfg["vocab"]
         return torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), tgt.reshape(-1))
 
-    if technique == "baseline":
-        def step() -> None:
-            loss_of(forward(idx), targets).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    elif technique == "checkpointing":
-        notes.append("every block checkpointed (torch.utils.checkpoint, use_reentrant=False)")
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
-        def step() -> None:
-            loss_of(forward(idx, ckpt=True), targets).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    elif technique == "amp":
-        dtype = _amp_dtype(device)
-        notes.append(f"torch.autocast({device.type}, {str(dtype).replace('torch.', '')}); "
-                     "no GradScaler (memory and time only)")
 
-        def step() -> None:
-            with torch.autocast(device.type, dtype=dtype):
-                logits = forward(idx)
-            loss_of(logits, targets).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    elif technique == "accumulation":
-        k = cfg["micro_batches"]
-        if b % k:
-            raise ValueError(f"batch {b} is not divisible into {k} micro-batches")
-        notes.append(f"{k} micro-batches of {b // k}, one optimizer step")
+def _baseline_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    def step() -> None:
+        run.loss_of(run.forward(run.idx), run.targets).backward()
+        run.optimizer_step()
+    return step
 
-        def step() -> None:
-            for i in range(k):
-                sl = slice(i * b // k, (i + 1) * b // k)
-                (loss_of(forward(idx[:, sl]), targets[:, sl]) / k).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    elif technique == "sdpa":
-        import types
 
-        notes.append("attention through F.scaled_dot_product_attention(is_causal=True) in every "
-                     "block instead of the eager s x s softmax (08, section 1)")
+def _checkpointing_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    notes.append("every block checkpointed (torch.utils.checkpoint, use_reentrant=False)")
 
-        def sdpa_attention(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-            s_, b_, h = x.shape
-            a, d = block.a, h // block.a
-            q, k, v = (t.reshape(s_, b_ * a, d).transpose(0, 1) for t in block.qkv(x).split(h, dim=-1))
-            ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return block.proj(ctx.transpose(0, 1).reshape(s_, b_, h))
+    def step() -> None:
+        run.loss_of(run.forward(run.idx, ckpt=True), run.targets).backward()
+        run.optimizer_step()
+    return step
 
-        for block in model.blocks:
-            block.attention = types.MethodType(sdpa_attention, block)
 
-        def step() -> None:
-            loss_of(forward(idx), targets).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    elif technique == "fused_optimizer":
-        notes.append("AdamW per parameter, stepped in a post-accumulate-grad hook that frees the "
-                     "gradient (08, section 4)")
-        per_param = {p: torch.optim.AdamW([p], lr=1e-4) for p in model.parameters()}
+def _amp_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    device = run.device
+    dtype = _amp_dtype(device)
+    notes.append(f"torch.autocast({device.type}, {str(dtype).replace('torch.', '')}); "
+                 "no GradScaler (memory and time only)")
 
-        def hook(p: torch.Tensor) -> None:
-            per_param[p].step()
-            per_param[p].zero_grad(set_to_none=True)
+    def step() -> None:
+        with torch.autocast(device.type, dtype=dtype):
+            logits = run.forward(run.idx)
+        run.loss_of(logits, run.targets).backward()
+        run.optimizer_step()
+    return step
 
-        for p in model.parameters():
-            p.register_post_accumulate_grad_hook(hook)
-        optimizer = list(per_param.values())  # tracked: their state is part of the start
 
-        def step() -> None:
-            loss_of(forward(idx), targets).backward()
-    elif technique == "kv_cache":
-        from memlab.lessons.serving import TinyDecoder
+def _accumulation_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    k, b = run.cfg["micro_batches"], run.cfg["batch"]
+    if b % k:
+        raise ValueError(f"batch {b} is not divisible into {k} micro-batches")
+    notes.append(f"{k} micro-batches of {b // k}, one optimizer step")
 
-        n_new = KV_DECODE_TOKENS
-        prompt_len = max(1, s // 2)
-        notes.append(f"inference, not training: TinyDecoder (same sizes, multi-head), prefill "
-                     f"{prompt_len} tokens x batch {b}, then {n_new} greedy decode steps with a KV "
-                     "cache (09); no optimizer")
-        torch.manual_seed(0)
-        model = TinyDecoder(vocab=V, hidden=cfg["hidden"], heads=cfg["heads"], kv_heads=cfg["heads"],
-                            layers=cfg["layers"], max_seq=prompt_len + n_new).to(device)
-        optimizer = None
-        prompt = idx[:prompt_len]
+    def step() -> None:
+        for i in range(k):
+            sl = slice(i * b // k, (i + 1) * b // k)
+            (run.loss_of(run.forward(run.idx[:, sl]), run.targets[:, sl]) / k).backward()
+        run.optimizer_step()
+    return step
 
-        def step() -> None:
-            model.generate(prompt, n_new)
-    else:
-        raise ValueError(f"technique must be one of {TECHNIQUES}, not {technique!r}")
-    return step, (model, optimizer, idx, targets), notes
+
+def _sdpa_attention(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    s_, b_, h = x.shape
+    a, d = block.a, h // block.a
+    q, k, v = (t.reshape(s_, b_ * a, d).transpose(0, 1) for t in block.qkv(x).split(h, dim=-1))
+    ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return block.proj(ctx.transpose(0, 1).reshape(s_, b_, h))
+
+
+def _sdpa_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    import types
+
+    notes.append("attention through F.scaled_dot_product_attention(is_causal=True) in every "
+                 "block instead of the eager s x s softmax (08, section 1)")
+    for block in run.model.blocks:
+        block.attention = types.MethodType(_sdpa_attention, block)
+    return _baseline_step(run, notes)
+
+
+def _fused_optimizer_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    notes.append("AdamW per parameter, stepped in a post-accumulate-grad hook that frees the "
+                 "gradient (08, section 4)")
+    per_param = {p: torch.optim.AdamW([p], lr=1e-4) for p in run.model.parameters()}
+
+    def hook(p: torch.Tensor) -> None:
+        per_param[p].step()
+        per_param[p].zero_grad(set_to_none=True)
+
+    for p in run.model.parameters():
+        p.register_post_accumulate_grad_hook(hook)
+    run.optimizer = list(per_param.values())  # tracked: their state is part of the start
+
+    def step() -> None:
+        run.loss_of(run.forward(run.idx), run.targets).backward()
+    return step
+
+
+def _kv_cache_step(run: _Run, notes: list[str]) -> Callable[[], None]:
+    from memlab.lessons.serving import TinyDecoder
+
+    cfg = run.cfg
+    n_new = KV_DECODE_TOKENS
+    prompt_len = max(1, cfg["seq_len"] // 2)
+    notes.append(f"inference, not training: TinyDecoder (same sizes, multi-head), prefill "
+                 f"{prompt_len} tokens x batch {cfg['batch']}, then {n_new} greedy decode steps "
+                 "with a KV cache (09); no optimizer")
+    torch.manual_seed(0)
+    run.model = model = TinyDecoder(vocab=cfg["vocab"], hidden=cfg["hidden"], heads=cfg["heads"],
+                                    kv_heads=cfg["heads"], layers=cfg["layers"],
+                                    max_seq=prompt_len + n_new).to(run.device)
+    run.optimizer = None
+    prompt = run.idx[:prompt_len]
+
+    def step() -> None:
+        model.generate(prompt, n_new)
+    return step
+
+
+# technique -> what builds its step on a fresh run (make_step), the notes it appends
+_STEPS: dict[str, Callable[[_Run, list[str]], Callable[[], None]]] = {
+    "baseline": _baseline_step, "checkpointing": _checkpointing_step, "amp": _amp_step,
+    "accumulation": _accumulation_step, "sdpa": _sdpa_step,
+    "fused_optimizer": _fused_optimizer_step, "kv_cache": _kv_cache_step}
 
 
 def _sync(device: torch.device) -> None:

@@ -59,7 +59,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from .result import Result, _as_text, _flagged, _type_name
@@ -440,6 +440,19 @@ def _written_as_list(raw: str) -> bool:
     return len(words) >= 5 and words[len(words) // 2] <= 6
 
 
+@dataclass
+class _Blanked:
+    """What :func:`_stuffing` finds, in the order found: the tokens that earn nothing (a mask
+    over the tokens), the learner's messages and the review reasons."""
+    excluded: list[bool]
+    messages: list[str] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+
+    def exclude(self, indices: Iterable[int]) -> None:
+        for i in indices:
+            self.excluded[i] = True
+
+
 def _stuffing(tokens: list[str], listed: bool = False
               ) -> tuple[list[bool], bool, list[str], list[str], dict[str, float]]:
     """Find keyword lists and repetition. ``listed``: the answer is written as a list (one
@@ -449,50 +462,69 @@ def _stuffing(tokens: list[str], listed: bool = False
     """
     words = [t for t in tokens if _is_word(t)]
     n = len(words)
-    excluded = [False] * len(tokens)
-    messages: list[str] = []
-    review: list[str] = []
+    out = _Blanked([False] * len(tokens))
     fw = [w for w in words if w in _FUNCTION_WORDS]
-    content = [w for w in words if w not in _FUNCTION_WORDS]
     frags = _fragments(tokens)
     metrics = {
         "words": n, "function_word_ratio": round(len(fw) / n, 3) if n else 0.0,
         "mean_fragment_words": round(n / len(frags), 2) if frags else 0.0,
     }
+    _bare_term_runs(tokens, frags, out)
+    if listed:
+        _term_lines(tokens, out)
+    _structureless_runs(tokens, frags, out)
+    stuffed = _repeated(tokens, words, out, metrics)
+    if _same_few_words(fw, out):
+        stuffed = True
+    if n >= 10 and len(fw) / n < 0.05:
+        stuffed = True
+        out.messages.append(f"only {len(fw)} function words in {n}: a keyword list, not an "
+                            "explanation")
+    if not stuffed and n >= 10 and len(fw) / n < 0.15:
+        out.review.append(f"few function words ({len(fw)}/{n}): terse notes or a keyword list")
+    if stuffed and not out.messages:
+        out.messages.append("the answer is mostly a keyword list: explain in sentences")
+    return out.excluded, stuffed, out.messages, out.review, metrics
 
-    def bare(f: list[int]) -> bool:
-        fws = [tokens[i] for i in f if tokens[i] in _FUNCTION_WORDS]
-        return len(f) <= 3 and (not fws or (len(fws) == 1 and fws[0] in _LIGHT_WORDS))
 
-    # runs of 6+ short fragments (up to three words), 3/4 of them bare terms: "fp16, bf16,
-    # checkpointing, recompute, ...". A term with a function word in it ("all gather",
-    # "other processes", "not a leak") does not end the list.
+def _bare(tokens: list[str], f: list[int]) -> bool:
+    """A fragment of up to three words with no function word but one light one ("the")."""
+    fws = [tokens[i] for i in f if tokens[i] in _FUNCTION_WORDS]
+    return len(f) <= 3 and (not fws or (len(fws) == 1 and fws[0] in _LIGHT_WORDS))
+
+
+def _bare_term_runs(tokens: list[str], frags: list[list[int]], out: _Blanked) -> None:
+    """Runs of 6+ short fragments (up to three words), 3/4 of them bare terms: "fp16, bf16,
+    checkpointing, recompute, ...". A term with a function word in it ("all gather", "other
+    processes", "not a leak") does not end the list."""
     run: list[list[int]] = []
-
-    def flush() -> None:
-        n_bare = sum(map(bare, run))
-        if len(run) >= 6 and n_bare >= 0.75 * len(run):
-            for g in run:
-                for i in g:
-                    excluded[i] = True
-            messages.append(f"a list of {len(run)} bare terms earns no credit: explain in sentences")
-        elif n_bare >= 4:
-            review.append(f"a list of {n_bare} bare terms")
-        run.clear()
-
     for f in frags + [[]]:
         if run and f and "." in tokens[run[-1][-1] + 1:f[0]]:
-            flush()                      # a list ends with its sentence
+            _end_run(tokens, run, out)   # a list ends with its sentence
         if f and len(f) <= 3:
             run.append(f)
             continue
-        flush()
-    # a list written one term a line, a bullet or a number ("- linearity of the gradient\n-
-    # p.grad accumulates\n- ..."): each item is a sentence of its own, so the run above, which
-    # ends with its sentence, never sees it. In such a list, five or more items of which 70% are
-    # short terms (at most five words, no function word but the light ones, "by", "and", "or"),
-    # averaging at most 3.5 words: the terms earn nothing. A sentence a line, as an honest list is
-    # written, is longer or keeps a verb's company ("is", "it", "when", ...).
+        _end_run(tokens, run, out)
+
+
+def _end_run(tokens: list[str], run: list[list[int]], out: _Blanked) -> None:
+    n_bare = sum(_bare(tokens, f) for f in run)
+    if len(run) >= 6 and n_bare >= 0.75 * len(run):
+        for g in run:
+            out.exclude(g)
+        out.messages.append(f"a list of {len(run)} bare terms earns no credit: explain in sentences")
+    elif n_bare >= 4:
+        out.review.append(f"a list of {n_bare} bare terms")
+    run.clear()
+
+
+def _term_lines(tokens: list[str], out: _Blanked) -> None:
+    """A list written one term a line, a bullet or a number ("- linearity of the gradient\\n-
+    p.grad accumulates\\n- ..."): each item is a sentence of its own, so a run of bare terms,
+    which ends with its sentence, never sees it. In such a list, five or more items of which
+    70% are short terms (at most five words, no function word but the light ones, "by", "and",
+    "or"), averaging at most 3.5 words: the terms earn nothing. A sentence a line, as an honest
+    list is written, is longer or keeps a verb's company ("is", "it", "when", ...)."""
     items: list[list[int]] = [[]]
     for i, t in enumerate(tokens):
         if t == ".":
@@ -506,21 +538,23 @@ def _stuffing(tokens: list[str], listed: bool = False
         return len(item) <= 5 and len(fws) <= 2 and all(w in _LIST_WORDS for w in fws)
 
     terms = [x for x in items if term(x)]
-    if listed and len(terms) >= 5 and len(terms) >= 0.7 * len(items) \
+    if len(terms) >= 5 and len(terms) >= 0.7 * len(items) \
             and sum(map(len, terms)) / len(terms) <= 3.5:
         for g in terms:
-            for i in g:
-                excluded[i] = True
-        messages.append(f"a list of {len(terms)} terms, one an item, earns no credit: "
-                        "explain in sentences")
-    # long stretches without a single function word, also inside a longer fragment
-    # ("model states do not fit replica data parallel shard optimizer gradients ...")
+            out.exclude(g)
+        out.messages.append(f"a list of {len(terms)} terms, one an item, earns no credit: "
+                            "explain in sentences")
+
+
+def _structureless_runs(tokens: list[str], frags: list[list[int]], out: _Blanked) -> None:
+    """Long stretches without a single function word, also inside a longer fragment ("model
+    states do not fit replica data parallel shard optimizer gradients ...")."""
     for f in frags:
         n_fw = sum(tokens[i] in _FUNCTION_WORDS for i in f)
         if (len(f) >= 8 and n_fw == 0) or (len(f) >= 12 and n_fw / len(f) < 0.1):
-            for i in f:
-                excluded[i] = True
-            messages.append(f"a run of {len(f)} words with no sentence structure earns no credit")
+            out.exclude(f)
+            out.messages.append(f"a run of {len(f)} words with no sentence structure earns no "
+                                "credit")
             continue
         stretch: list[int] = []
         for i in f + [-1]:
@@ -528,23 +562,28 @@ def _stuffing(tokens: list[str], listed: bool = False
                 stretch.append(i)
                 continue
             if len(stretch) >= 8:
-                for k in stretch:
-                    excluded[k] = True
-                messages.append(f"a run of {len(stretch)} words with no sentence structure "
-                                "earns no credit")
+                out.exclude(stretch)
+                out.messages.append(f"a run of {len(stretch)} words with no sentence structure "
+                                    "earns no credit")
             elif len(stretch) >= 7:
-                review.append("a long phrase without function words")
+                out.review.append("a long phrase without function words")
             stretch = []
 
+
+def _repeated(tokens: list[str], words: list[str], out: _Blanked,
+              metrics: dict[str, float]) -> bool:
+    """Whether the answer is stuffed: the same words again and again, or so little left once
+    the lists are blanked. Adds the repetition measures to ``metrics``."""
     stuffed = False
     # "linear linear .grad .grad BatchNorm BatchNorm": the same word twice in a row, again and again
     doubled = sum(1 for a, b in zip(words, words[1:]) if a == b and a not in _FUNCTION_WORDS)
     if doubled >= 3:
         stuffed = True
-        messages.append("the same terms are repeated: repetition earns no credit")
-    kept = sum(1 for i, t in enumerate(tokens) if _is_word(t) and not excluded[i])
-    if n and kept < 0.4 * n:
+        out.messages.append("the same terms are repeated: repetition earns no credit")
+    kept = sum(1 for i, t in enumerate(tokens) if _is_word(t) and not out.excluded[i])
+    if words and kept < 0.4 * len(words):
         stuffed = True
+    content = [w for w in words if w not in _FUNCTION_WORDS]
     counts = Counter(content)
     if len(content) >= 10:
         top = counts.most_common(1)[0][1] / len(content)
@@ -555,32 +594,30 @@ def _stuffing(tokens: list[str], listed: bool = False
                        repeated_trigrams=round(tri_rep, 3))
         if top >= 0.3 or dup >= 0.6 or tri_rep >= 0.3:
             stuffed = True
-            messages.append("the same terms are repeated: repetition earns no credit")
+            out.messages.append("the same terms are repeated: repetition earns no credit")
         elif len(content) >= 20 and (top >= 0.2 or dup >= 0.5 or tri_rep >= 0.15):
-            review.append("repetitive wording")
-    # "the X and the Y and the Z", "It is about X. It is about Y.": few kinds of function word
-    # The kinds grow with the square root of the count in any prose (Heaps' law), so past 20
-    # function words the share of kinds is measured as kinds / sqrt(count) (Guiraud's index),
-    # with the thresholds the share has at 20: a long answer is not a list for being long.
+            out.review.append("repetitive wording")
+    return stuffed
+
+
+def _same_few_words(fw: list[str], out: _Blanked) -> bool:
+    """Whether terms are strung together with few kinds of function word: "the X and the Y and
+    the Z", "It is about X. It is about Y.". The kinds grow with the square root of the count in
+    any prose (Heaps' law), so past 20 function words the share of kinds is measured as kinds /
+    sqrt(count) (Guiraud's index), with the thresholds the share has at 20: a long answer is not
+    a list for being long."""
     kinds = len(set(fw))
 
     def few_kinds(share: float) -> bool:
         return len(fw) >= 8 and kinds < min(share * len(fw), share * math.sqrt(20 * len(fw)))
 
     if (len(fw) >= 5 and kinds <= 2) or few_kinds(0.3):
-        stuffed = True
-        messages.append("terms strung together with the same few words are a keyword list, "
-                        "not an explanation")
-    elif few_kinds(0.4):
-        review.append("the same few connecting words repeat")
-    if n >= 10 and len(fw) / n < 0.05:
-        stuffed = True
-        messages.append(f"only {len(fw)} function words in {n}: a keyword list, not an explanation")
-    if not stuffed and n >= 10 and len(fw) / n < 0.15:
-        review.append(f"few function words ({len(fw)}/{n}): terse notes or a keyword list")
-    if stuffed and not messages:
-        messages.append("the answer is mostly a keyword list: explain in sentences")
-    return excluded, stuffed, messages, review, metrics
+        out.messages.append("terms strung together with the same few words are a keyword list, "
+                            "not an explanation")
+        return True
+    if few_kinds(0.4):
+        out.review.append("the same few connecting words repeat")
+    return False
 
 
 # ------------------------------------------------------------------ reading the answer
@@ -833,6 +870,55 @@ def grade_rubric(answer: object, rb: Rubric) -> Result:
 
 
 def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
+    """Grade ``raw`` (``n_words`` words, within the limit) with ``rb``: read its sentences, blank
+    what earns nothing, tally the ideas and the wrong claims, score it, and flag what a person
+    should read."""
+    chunks, sentences, corrections, listed = _read_sentences(raw, rb)
+    lines = [f"{n_words} words (limit {rb.max_words})"]
+    if not chunks:
+        return Result(0.0, lines + ["no answer given"], kind="text")
+    tokens, owner = _joined(chunks)
+    copied = _copied_mask(tokens, rb.question)
+    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens, listed)
+    copied_share = sum(copied) / sum(map(_is_word, tokens))
+    pasted = _pasted_share(tokens, rb)
+    metrics.update(copied_share=round(copied_share, 3), pasted_share=round(pasted, 3),
+                   words=n_words)
+    if corrections:
+        metrics["spelling"] = dict(corrections)
+    _note_copying(copied_share, pasted, lines, reasons)
+    if stuffed:
+        return _flagged(0.0, lines + stuff_msgs + ["no credit for this answer"], reasons,
+                        kind="text", missing=tuple(c.name for c in rb.concepts), details=metrics)
+    lines += stuff_msgs
+    graded = _blanked(tokens, owner, len(chunks), [c or e for c, e in zip(copied, excluded)])
+    # words copied from the question earn no idea, but a wrong claim made with them is still
+    # the learner's claim ("gradients depend on the batch size", the question's own words)
+    claimed_text = _blanked(tokens, owner, len(chunks), excluded)
+    t = _Tally()
+    _tally_concepts(rb, graded, sentences, t)
+    concept_score = min(1.0, t.got / (rb.total_weight * rb.full_credit_at))
+    _tally_misconceptions(rb, claimed_text, sentences, t, reasons)
+    topic = rb._topic  # type: ignore[attr-defined]
+    on_topic = sum(any(rx.search(g) for g in graded) for rx in topic)
+    score = _score(rb, t, concept_score, on_topic, own_words=copied_share < 0.3 and pasted < 0.3)
+    lines += t.concept_lines + _missing_lines(rb, t.absent, score) + t.mis_lines
+    unchecked = _unchecked_claims(rb, graded, sentences, t.accounted)
+    lines += _flag_unchecked(unchecked, score > rb.review_band[0], reasons)
+    reasons += _review_reasons(rb, t, score, concept_score, _disowned(graded, sentences),
+                               long_on_topic=n_words >= 20 and on_topic >= 3)
+    if not t.found and not t.wrong and not t.denied:
+        lines.insert(1, "none of the expected ideas were found: does this answer the question?")
+    metrics.update(concept_score=round(concept_score, 3), penalty=round(t.penalty, 3))
+    return _flagged(score, lines, reasons, kind="text", found=tuple(t.found),
+                    missing=tuple(t.missing), misconceptions=tuple(t.wrong),
+                    details={**metrics, "denied": t.denied, "named_only": t.named})
+
+
+def _read_sentences(raw: str, rb: Rubric
+                    ) -> tuple[list[list[str]], list[str], dict[str, str], bool]:
+    """The answer's sentences that hold a word: (their normalised tokens, spelling corrected;
+    the sentences as written; the corrections made; whether the answer is written as a list)."""
     fix = _corrector(rb)
     sentences = [s for s in _SENTENCE_END.split(raw) if s.strip()]
     listed = _written_as_list(raw)
@@ -851,9 +937,12 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         if any(map(_is_word, toks)):
             chunks.append(toks)
             raw_kept.append(s)
-    lines = [f"{n_words} words (limit {rb.max_words})"]
-    if not chunks:
-        return Result(0.0, lines + ["no answer given"], kind="text")
+    return chunks, raw_kept, corrections, listed
+
+
+def _joined(chunks: list[list[str]]) -> tuple[list[str], list[int]]:
+    """The sentences' tokens in one list, a "." between two sentences, and the sentence each
+    token belongs to (-1 for the "." between)."""
     tokens: list[str] = []
     owner: list[int] = []
     for k, toks in enumerate(chunks):
@@ -862,15 +951,13 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
             owner.append(-1)
         tokens += toks
         owner += [k] * len(toks)
-    copied = _copied_mask(tokens, rb.question)
-    excluded, stuffed, stuff_msgs, reasons, metrics = _stuffing(tokens, listed)
-    n_tok_words = sum(map(_is_word, tokens))
-    copied_share = sum(copied) / n_tok_words
-    pasted = _pasted_share(tokens, rb)
-    metrics.update(copied_share=round(copied_share, 3), pasted_share=round(pasted, 3),
-                   words=n_words)
-    if corrections:
-        metrics["spelling"] = dict(corrections)
+    return tokens, owner
+
+
+def _note_copying(copied_share: float, pasted: float, lines: list[str],
+                  reasons: list[str]) -> None:
+    """Tell the learner (``lines``) and the instructor (``reasons``) about words copied from the
+    question or pasted from the course's text."""
     if copied_share >= 0.5:
         lines.append("most of the answer repeats the question: the repeated words earn no credit")
     elif copied_share > 0:
@@ -882,27 +969,40 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
                        "notes or the grader's hints")
         lines.append("much of this answer is the course's or the grader's own text: write it in "
                      "your own words (flagged for your instructor)")
-    if stuffed:
-        return _flagged(0.0, lines + stuff_msgs + ["no credit for this answer"], reasons,
-                        kind="text", missing=tuple(c.name for c in rb.concepts), details=metrics)
-    lines += stuff_msgs
-    graded = [_tidy("," if (copied[i] or excluded[i]) else tokens[i]
-                    for i in range(len(tokens)) if owner[i] == k) for k in range(len(chunks))]
-    # words copied from the question earn no idea, but a wrong claim made with them is still
-    # the learner's claim ("gradients depend on the batch size", the question's own words)
-    claimed_text = [_tidy("," if excluded[i] else tokens[i]
-                          for i in range(len(tokens)) if owner[i] == k) for k in range(len(chunks))]
 
+
+def _blanked(tokens: list[str], owner: list[int], n: int, blank: list[bool]) -> list[str]:
+    """Each of the ``n`` sentences as text, its ``blank`` tokens replaced by commas."""
+    return [_tidy("," if blank[i] else tokens[i] for i in range(len(tokens)) if owner[i] == k)
+            for k in range(n)]
+
+
+@dataclass
+class _Tally:
+    """What a rubric's concepts and misconceptions make of an answer, in the order found."""
+    found: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    denied: list[str] = field(default_factory=list)       # concepts the answer denies
+    named: list[str] = field(default_factory=list)        # concepts named but not stated
+    absent: list[tuple[str, str]] = field(default_factory=list)   # (name, hint)
+    wrong: list[str] = field(default_factory=list)        # misconceptions asserted
+    got: float = 0.0
+    penalty: float = 0.0
+    fatal: bool = False
+    concept_lines: list[str] = field(default_factory=list)
+    mis_lines: list[str] = field(default_factory=list)
+    accounted: list[_Mention] = field(default_factory=list)   # every match of a pattern
+
+
+def _tally_concepts(rb: Rubric, graded: list[str], sentences: list[str], t: _Tally) -> None:
+    """Read each concept's mentions in the ``graded`` sentences: found, contradicted, named
+    but not stated, or absent."""
     full = rb.total_weight * rb.full_credit_at
-    found, missing, denied_names, named = [], [], [], []
-    got = penalty = 0.0
-    concept_lines: list[str] = []
-    absent: list[tuple[str, str]] = []
     claimed: list[tuple[int, int, int]] = []   # the words that already earned a concept
-    accounted: list[_Mention] = []   # every match of a concept's or misconception's pattern
     for c in rb.concepts:
-        mentions = _mentions(c._compiled, graded, raw_kept, c.negatable, False)  # type: ignore[attr-defined]
-        accounted += mentions
+        mentions = _mentions(c._compiled, graded, sentences,  # type: ignore[attr-defined]
+                             c.negatable, False)
+        t.accounted += mentions
         # one phrase earns one idea: "an extra forward pass" is the recomputation, not also
         # its cost and its size
         fresh = [m for m in mentions if m.polarity == "assert"
@@ -910,79 +1010,92 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
         v = fresh[0] if fresh else _verdict([m for m in mentions if m.polarity != "assert"])
         if v is None and mentions:
             v = mentions[0]
-            concept_lines.append(f"not counted twice: {c.name} (\"{v.evidence}\" already earned "
-                                 "another idea)")
-            missing.append(c.name)
+            t.concept_lines.append(f"not counted twice: {c.name} (\"{v.evidence}\" already "
+                                   "earned another idea)")
+            t.missing.append(c.name)
             continue
         if v is not None and v.polarity == "assert":
             claimed.append(v.span)
-            found.append(c.name)
-            got += c.weight
-            concept_lines.append(f"found: {c.name} (\"{v.evidence}\") in {_quote(v.sentence)}")
+            t.found.append(c.name)
+            t.got += c.weight
+            t.concept_lines.append(f"found: {c.name} (\"{v.evidence}\") in {_quote(v.sentence)}")
             continue
-        missing.append(c.name)
+        t.missing.append(c.name)
         if v is not None and v.polarity == "deny":
             cost = round(c.weight / full, 2)
-            penalty += cost
-            denied_names.append(c.name)
-            concept_lines.append(f"contradicted: {c.name} (-{cost:g}): the answer denies it in "
-                                 f"{_quote(v.sentence)}" + (f"; {c.hint}" if c.hint else ""))
+            t.penalty += cost
+            t.denied.append(c.name)
+            t.concept_lines.append(f"contradicted: {c.name} (-{cost:g}): the answer denies it in "
+                                   f"{_quote(v.sentence)}" + (f"; {c.hint}" if c.hint else ""))
         elif v is not None:
-            named.append(c.name)
-            concept_lines.append(f"named but not stated: {c.name}, in {_quote(v.sentence)}"
-                                 + (f" - {c.hint}" if c.hint else ""))
+            t.named.append(c.name)
+            t.concept_lines.append(f"named but not stated: {c.name}, in {_quote(v.sentence)}"
+                                   + (f" - {c.hint}" if c.hint else ""))
         else:
-            absent.append((c.name, c.hint))
-    concept_score = min(1.0, got / full)
-    wrong, fatal = [], False
-    mis_lines: list[str] = []
+            t.absent.append((c.name, c.hint))
+
+
+def _tally_misconceptions(rb: Rubric, claimed_text: list[str], sentences: list[str], t: _Tally,
+                          reasons: list[str]) -> None:
+    """Read each misconception's mentions in the sentences as ``claimed`` (the question's
+    words kept): asserted it costs its penalty, reported it goes to ``reasons``."""
     penalized: list[tuple[int, int, int]] = []  # one false phrase loses points once
     for mc in rb.misconceptions:
-        mentions = _mentions(mc._compiled, claimed_text, raw_kept,  # type: ignore[attr-defined]
+        mentions = _mentions(mc._compiled, claimed_text, sentences,  # type: ignore[attr-defined]
                              True, True)
-        accounted += mentions
+        t.accounted += mentions
         v = _verdict(mentions)
         if v is None:
             continue
         if v.polarity == "assert" and any(v.overlaps(span) for span in penalized):
-            wrong.append(mc.name)
-            fatal = fatal or mc.fatal
-            mis_lines.append(f"misconception: {mc.name} (\"{v.evidence}\", the same phrase: not "
-                             f"counted twice) in {_quote(v.sentence)}"
-                             + (f": {mc.correction}" if mc.correction else ""))
+            t.wrong.append(mc.name)
+            t.fatal = t.fatal or mc.fatal
+            t.mis_lines.append(f"misconception: {mc.name} (\"{v.evidence}\", the same phrase: "
+                               f"not counted twice) in {_quote(v.sentence)}"
+                               + (f": {mc.correction}" if mc.correction else ""))
             continue
         if v.polarity == "assert":
             penalized.append(v.span)
-            wrong.append(mc.name)
-            penalty += mc.penalty
-            fatal = fatal or mc.fatal
-            mis_lines.append(f"misconception: {mc.name} (\"{v.evidence}\", -{mc.penalty:g}) in "
-                             f"{_quote(v.sentence)}" + (f": {mc.correction}" if mc.correction else ""))
+            t.wrong.append(mc.name)
+            t.penalty += mc.penalty
+            t.fatal = t.fatal or mc.fatal
+            t.mis_lines.append(f"misconception: {mc.name} (\"{v.evidence}\", -{mc.penalty:g}) in "
+                               f"{_quote(v.sentence)}"
+                               + (f": {mc.correction}" if mc.correction else ""))
         elif v.polarity == "report":
             reasons.append(f"misconception phrase '{mc.name}' ignored as reported, not claimed")
-    score = max(0.0, concept_score - penalty)
-    topic = rb._topic  # type: ignore[attr-defined]
-    on_topic = sum(any(rx.search(g) for g in graded) for rx in topic)
-    if found and not on_topic and topic:
+
+
+def _score(rb: Rubric, t: _Tally, concept_score: float, on_topic: int, own_words: bool) -> float:
+    """The score: the concepts' less the penalties, then its floors and caps. ``on_topic``: how
+    many of the rubric's topic patterns the answer matches; ``own_words``: little of it copied
+    from the question or pasted from the course."""
+    score = max(0.0, concept_score - t.penalty)
+    if t.found and not on_topic and rb._topic:  # type: ignore[attr-defined]
         # an idea's word in an answer that never touches the question's topic is a loose
         # word ("kernel-launch overhead" is not checkpointing's cost)
         score = 0.0
-        concept_lines.append("no credit: the answer never speaks of the question's topic "
-                             f"({', '.join(rb.topic[:4])}, ...), so the words that matched "
-                             "are not its ideas")
-    if (not penalty and copied_share < 0.3 and pasted < 0.3 and on_topic
-            and any(c.weight >= 1.0 for c in rb.concepts if c.name in found)):
+        t.concept_lines.append("no credit: the answer never speaks of the question's topic "
+                               f"({', '.join(rb.topic[:4])}, ...), so the words that matched "
+                               "are not its ideas")
+    if (not t.penalty and own_words and on_topic
+            and any(c.weight >= 1.0 for c in rb.concepts if c.name in t.found)):
         # one correct key idea of five is worth a quarter of the points, as an interviewer gives
         # it; in an answer about the question's topic (one loose word elsewhere is no idea)
         score = max(score, FIRST_IDEA)
-    if fatal:
+    if t.fatal:
         score = min(score, FATAL_CAP)
     # a part the question asks for by name, left out: full credit at full_credit_at does not
     # cover it (the answer loses that part's share of the weight)
-    left_out = [c for c in rb.concepts if c.name in rb.required and c.name not in found]
+    left_out = [c for c in rb.concepts if c.name in rb.required and c.name not in t.found]
     if left_out:
         score = min(score, 1.0 - sum(c.weight for c in left_out) / rb.total_weight)
-    lines += concept_lines
+    return score
+
+
+def _missing_lines(rb: Rubric, absent: list[tuple[str, str]], score: float) -> list[str]:
+    """A line for each concept the answer never mentions, with its hint."""
+    lines = []
     for name, hint in absent:
         if name in rb.required:
             lines.append(f"missing a part the question asks for: {name}"
@@ -991,17 +1104,21 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
             lines.append(f"could also say: {name}")
         else:
             lines.append(f"missing: {name}" + (f" - {hint}" if hint else ""))
-    lines += mis_lines
+    return lines
 
-    # every clause accounted for: one that makes a technical claim no concept or misconception
-    # matched, or states a number the rubric does not know, is one the grader cannot vouch
-    # for, so a score that rests on the others is provisional (a person reads it); the learner
-    # sees which sentence. A pattern vouches for the decisive words it names, in its own
-    # match: not for the words its gaps let through (a pattern "accumulation ... gradient"
-    # never said what its gap holds).
+
+def _unchecked_claims(rb: Rubric, graded: list[str], sentences: list[str],
+                      accounted: list[_Mention]) -> list[str]:
+    """The sentences with a clause no pattern accounts for: one that makes a technical claim no
+    concept or misconception matched, or states a number the rubric does not know, is one the
+    grader cannot vouch for, so a score that rests on the others is provisional (a person reads
+    it); the learner sees which sentence. A pattern vouches for the decisive words it names, in
+    its own match: not for the words its gaps let through (a pattern "accumulation ...
+    gradient" never said what its gap holds)."""
     known = _known_numbers((rb.question, *rb.reference_texts(), *rb.facts))
-    accounted += [m for m in _mentions(rb._true, graded, raw_kept,  # type: ignore[attr-defined]
-                                       True, False) if m.polarity == "assert"]
+    accounted = accounted + [m for m in _mentions(rb._true,  # type: ignore[attr-defined]
+                                                  graded, sentences, True, False)
+                             if m.polarity == "assert"]
     unchecked: list[str] = []
     for k, text in enumerate(graded):
         for a, b in _clauses(text):
@@ -1011,32 +1128,45 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
                 near, a + w.start(), a + w.end(), w.group())]
             if (loose and _technical_claim(clause, rb._topic)  # type: ignore[attr-defined]
                     ) or _unknown_number(clause, known):
-                unchecked.append(raw_kept[k])
+                unchecked.append(sentences[k])
                 break
-    if unchecked and score > rb.review_band[0]:
-        for sentence in unchecked[:2]:
-            lines.append(f"I could not check this claim: {_quote(sentence)} (your instructor will)")
-        reasons.append(f"{len(unchecked)} sentence(s) with a technical claim the grader could "
-                       f"not check, e.g. {_quote(unchecked[0], 100)}")
+    return unchecked
+
+
+def _flag_unchecked(unchecked: list[str], above_band: bool, reasons: list[str]) -> list[str]:
+    """The learner's lines for the claims the grader could not check (the first two), and the
+    reason to review; none when the score is at or below the review band anyway."""
+    if not unchecked or not above_band:
+        return []
+    reasons.append(f"{len(unchecked)} sentence(s) with a technical claim the grader could "
+                   f"not check, e.g. {_quote(unchecked[0], 100)}")
+    return [f"I could not check this claim: {_quote(sentence)} (your instructor will)"
+            for sentence in unchecked[:2]]
+
+
+def _disowned(graded: list[str], sentences: list[str]) -> str | None:
+    """The first sentence that disowns what the answer states, as written."""
+    return next((sentences[k] for k, text in enumerate(graded) if _DISOWNS.search(text)), None)
+
+
+def _review_reasons(rb: Rubric, t: _Tally, score: float, concept_score: float,
+                    disowned: str | None, long_on_topic: bool) -> list[str]:
+    """Why a person should read the answer, beyond the claims the grader could not check.
+    ``disowned``: a sentence that takes back what the answer states; ``long_on_topic``: 20
+    words or more that match three of the rubric's topic patterns."""
     lo, hi = rb.review_band
-    if wrong and concept_score >= 0.6:
+    reasons = []
+    if t.wrong and concept_score >= 0.6:
         reasons.append("a misconception next to strong concepts")
-    if denied_names and found:
+    if t.denied and t.found:
         reasons.append("the answer denies an idea next to ideas it states")
-    disowned = next((raw_kept[k] for k, text in enumerate(graded) if _DISOWNS.search(text)), None)
-    if disowned is not None and found:
+    if disowned is not None and t.found:
         # "my roommate insists that ... He is wrong about every word": the ideas are stated
         # and taken back; which of them the learner holds, only a person can tell
         reasons.append(f"a sentence disowns what the answer states ({_quote(disowned, 80)}): the "
                        "ideas found may not be the learner's")
     if lo < score < hi:
         reasons.append(f"score {score:.2f} is in the review band {lo:g}-{hi:g}")
-    if not found and not wrong and not denied_names:
-        lines.insert(1, "none of the expected ideas were found: does this answer the question?")
-    if score <= lo and not wrong and not denied_names and n_words >= 20:
-        if on_topic >= 3:
-            reasons.append("a long on-topic answer that matched little of the rubric")
-    metrics.update(concept_score=round(concept_score, 3), penalty=round(penalty, 3))
-    return _flagged(score, lines, reasons, kind="text", found=tuple(found),
-                    missing=tuple(missing), misconceptions=tuple(wrong),
-                    details={**metrics, "denied": denied_names, "named_only": named})
+    if score <= lo and not t.wrong and not t.denied and long_on_topic:
+        reasons.append("a long on-topic answer that matched little of the rubric")
+    return reasons

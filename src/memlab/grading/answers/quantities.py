@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .result import Result, _as_number, _as_text, _flagged, _type_name
 from memlab.measure.units import GB, GiB, KiB, MiB
@@ -224,31 +224,13 @@ def grade_numeric(
       ``=`` is the answer.
     """
     family, unit_size = _declared(unit)
-    for name, tol in (("full_tol", full_tol), ("partial_tol", partial_tol)):
-        if type(tol) not in (int, float) or not 0 <= tol:
-            raise ValueError(f"{name} must be a non-negative number, got {tol!r}")
-    if type(expected) not in (int, float) or not math.isfinite(expected):
-        raise ValueError(f"expected must be a finite int or float, got {expected!r}")
-    if partial_tol < full_tol:
-        raise ValueError("partial_tol must be >= full_tol")
-    if type(partial_score) not in (int, float) or not 0 <= partial_score <= 1:
-        raise ValueError(f"partial_score must be in [0, 1], got {partial_score!r}")
-
+    _check_tolerances(expected, full_tol, partial_tol, partial_score)
     value, error, quantity = _parse(answer, family, unit_size)
     details: dict[str, Any] = {"expected": expected, "unit": unit}
     if value is None or quantity is None:
         return Result(0.0, [error, f"expected about {_fmt(expected, unit)}"], kind="numeric",
                       details=details)
-
-    def band(v: float) -> tuple[float, float]:
-        err = abs(v - expected)
-        rel = err / abs(expected) if expected != 0 else (0.0 if err == 0 else math.inf)
-        if rel <= full_tol or err <= abs_tol:
-            return 1.0, rel
-        if rel <= partial_tol:
-            return float(partial_score), rel
-        return 0.0, rel
-
+    band = _band(expected, full_tol, partial_tol, partial_score, abs_tol)
     score, rel = band(value)
     details.update(value=value, rel_error=rel)
     written = _DISPLAY.get(quantity.unit, quantity.unit)
@@ -262,13 +244,7 @@ def grade_numeric(
             lines.append(mixup)
             details["unit_mixup"] = True
     if score < 1.0 and not quantity.unit:
-        hint = _plain_hint(value, family, unit, unit_size, band)
-        if hint:
-            lines.append(hint)
-            reasons.append(f"a plain number that is right if read in another unit than {unit}")
-        elif not plain_in_unit:
-            lines.append(f"a plain number is read in {unit}: write the unit with it")
-            reasons.append(f"a plain number without a unit, read in {unit}")
+        _plain_number(value, family, unit, unit_size, band, plain_in_unit, lines, reasons)
     if quantity.unit.endswith(("bit", "bits")):
         lines.append(f"'{written}' is read as bits (8 bits = 1 byte): write B, MB, GB, MiB or "
                      "GiB for bytes")
@@ -277,13 +253,62 @@ def grade_numeric(
                     f"{_off(rel)} -> {verdict} (full within {full_tol:.0%}, partial within "
                     f"{partial_tol:.0%})")
     if quantity.ambiguous:
-        alt_size = {"k": KiB, "m": MiB, "g": GiB, "t": TiB}[quantity.unit]
-        alt_score, _ = band(value * alt_size / quantity.size)
-        lines.append(f"'{quantity.unit.upper()}' is ambiguous: write GB (10^9) or GiB (2^30)")
-        if alt_score != score:
-            reasons.append(f"unit '{quantity.unit.upper()}' read as decimal; as binary it "
-                           f"would score {alt_score:g}")
+        _ambiguous_unit(quantity, value, score, band, lines, reasons)
     return _flagged(score, lines, reasons, kind="numeric", details=details)
+
+
+def _check_tolerances(expected: float, full_tol: float, partial_tol: float,
+                      partial_score: float) -> None:
+    """Raise ValueError for an instructor's impossible tolerances or expected value."""
+    for name, tol in (("full_tol", full_tol), ("partial_tol", partial_tol)):
+        if type(tol) not in (int, float) or not 0 <= tol:
+            raise ValueError(f"{name} must be a non-negative number, got {tol!r}")
+    if type(expected) not in (int, float) or not math.isfinite(expected):
+        raise ValueError(f"expected must be a finite int or float, got {expected!r}")
+    if partial_tol < full_tol:
+        raise ValueError("partial_tol must be >= full_tol")
+    if type(partial_score) not in (int, float) or not 0 <= partial_score <= 1:
+        raise ValueError(f"partial_score must be in [0, 1], got {partial_score!r}")
+
+
+def _band(expected: float, full_tol: float, partial_tol: float, partial_score: float,
+          abs_tol: float) -> Callable[[float], tuple[float, float]]:
+    """The grading of a value in the question's unit: (score, relative error), full credit
+    within ``full_tol`` or ``abs_tol``, ``partial_score`` within ``partial_tol``, else 0."""
+    def band(v: float) -> tuple[float, float]:
+        err = abs(v - expected)
+        rel = err / abs(expected) if expected != 0 else (0.0 if err == 0 else math.inf)
+        if rel <= full_tol or err <= abs_tol:
+            return 1.0, rel
+        if rel <= partial_tol:
+            return float(partial_score), rel
+        return 0.0, rel
+    return band
+
+
+def _plain_number(value: float, family: str, unit: str, unit_size: float, band,
+                  plain_in_unit: bool, lines: list[str], reasons: list[str]) -> None:
+    """The remarks on a plain number that is not right: the unit that would make it right, or
+    (unless the question says it is read in ``unit``) that it lacks one."""
+    hint = _plain_hint(value, family, unit, unit_size, band)
+    if hint:
+        lines.append(hint)
+        reasons.append(f"a plain number that is right if read in another unit than {unit}")
+    elif not plain_in_unit:
+        lines.append(f"a plain number is read in {unit}: write the unit with it")
+        reasons.append(f"a plain number without a unit, read in {unit}")
+
+
+def _ambiguous_unit(q: _Quantity, value: float, score: float, band, lines: list[str],
+                    reasons: list[str]) -> None:
+    """The remark on a bare "G" (or k, M, T), read as decimal; flagged when as binary it would
+    score otherwise."""
+    alt_size = {"k": KiB, "m": MiB, "g": GiB, "t": TiB}[q.unit]
+    alt_score, _ = band(value * alt_size / q.size)
+    lines.append(f"'{q.unit.upper()}' is ambiguous: write GB (10^9) or GiB (2^30)")
+    if alt_score != score:
+        reasons.append(f"unit '{q.unit.upper()}' read as decimal; as binary it "
+                       f"would score {alt_score:g}")
 
 
 def _level(size: float) -> int:
