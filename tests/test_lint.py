@@ -64,3 +64,33 @@ def test_every_path_the_docs_name_exists():
                 stale.setdefault(path, set()).add(str(p.relative_to(ROOT)))
     assert not stale, "paths named in docs and docstrings that do not exist:\n" + "\n".join(
         f"  {k} (in {', '.join(sorted(v))})" for k, v in sorted(stale.items()))
+
+
+# A function reads as the list of its steps: none in src/ runs over this many lines (the def
+# line to the last line of its body; decorators not counted).
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(root: Path) -> list[str]:
+    import ast
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    out.append(f"{p.relative_to(root.parent)}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_no_function_in_src_runs_over_80_lines():
+    long = _long_functions(ROOT / "src")
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them along their "
+                      "steps):\n  " + "\n  ".join(long))
+
+
+def test_the_length_check_sees_a_long_function(tmp_path):
+    (tmp_path / "src").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "src" / "m.py").write_text("def short():\n    pass\n\n\ndef long():\n" + body)
+    assert [s.split()[1] for s in _long_functions(tmp_path / "src")] == ["long"]

@@ -39,8 +39,24 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memlab.autograde", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=None, help="nbgrader config (default: autograder/nbgrader_config.py)")
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (NbgraderError, RuntimeError, FileNotFoundError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: grade-class said what it kept; no traceback
+        if args.command != "grade-class":
+            print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per operation."""
+    parser = argparse.ArgumentParser(prog="python -m memlab.autograde",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None,
+                        help="nbgrader config (default: autograder/nbgrader_config.py)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("release", help="regenerate notebooks/ from solutions/")
     p.add_argument("assignments", nargs="*")
@@ -50,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--student", action="append", default=None)
     p = sub.add_parser("export", help="export grades as CSV")
     p.add_argument("--to", default=None)
+    _add_reviews(sub)
+    _add_grade_class(sub)
+    return parser
+
+
+def _add_reviews(sub) -> None:
     p = sub.add_parser("reviews", help="the review queue (what grade-class could not vouch for), "
                                        "and the instructor's decisions on it",
                        description="Without options: list the open review queue. --set or "
@@ -69,12 +91,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--report", default=None,
                    help="class report folder to write again "
                         "(default: autograder/work/class_report)")
-    p = sub.add_parser("grade-class", help="grade a whole class (folder or zip of <student>/<assignment>/)",
+
+
+def _add_grade_class(sub) -> None:
+    p = sub.add_parser("grade-class",
+                       help="grade a whole class (folder or zip of <student>/<assignment>/)",
                        description="Autograde every assignment of every student in parallel, write "
                                    "feedback, grades.csv and a summary. See autograder/README.md.")
-    p.add_argument("submissions", help="folder or .zip laid out as <student>/<assignment>/<notebook>.ipynb")
-    p.add_argument("--out", default=None, help="report folder (default: autograder/work/class_report)")
-    p.add_argument("--workers", type=int, default=0, help="grading processes (default: one per core)")
+    p.add_argument("submissions",
+                   help="folder or .zip laid out as <student>/<assignment>/<notebook>.ipynb")
+    p.add_argument("--out", default=None,
+                   help="report folder (default: autograder/work/class_report)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="grading processes (default: one per core)")
     p.add_argument("--cell-timeout", type=int, default=None,
                    help="seconds per cell (default: Execute.timeout of the config)")
     p.add_argument("--submission-timeout", type=int, default=900,
@@ -94,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(name_userid_submissionid_file.ipynb) or a regex with the groups "
                         "student and file (and optionally assignment)")
     p.add_argument("--no-resume", action="store_true",
-                   help="grade everything again (default: skip what the report's ledger already holds)")
+                   help="grade everything again "
+                        "(default: skip what the report's ledger already holds)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per job and per kernel (slower; no warm fork)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -102,63 +132,63 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="run learner code unsandboxed (UNSAFE: it gets your rights)")
     p.add_argument("--sandbox", choices=("auto", "landlock", "bwrap"), default="auto",
                    help="which sandbox: Landlock on warm forks where usable, else bubblewrap "
-                        "(auto, default); bwrap: always bubblewrap (a fresh interpreter per kernel)")
+                        "(auto, default); bwrap: always bubblewrap "
+                        "(a fresh interpreter per kernel)")
     p.add_argument("--no-audit", action="store_true",
                    help="skip the static audit of answer cells (memlab.autograde.security.audit)")
     p.add_argument("--no-verdict", action="store_true",
                    help="trust nbgrader's in-kernel verdicts (skip the re-run outside the "
                         "learner's kernel, memlab.autograde.security.verdict)")
-    args = parser.parse_args(argv)
 
-    try:
-        if args.command == "release":
-            for path in release(args.assignments, args.config):
-                print(f"released {path}")
-        elif args.command == "autograde":
-            for student in autograde(args.assignment, args.student, args.config):
-                print(f"autograded {args.assignment} for {student}")
-        elif args.command == "feedback":
-            feedback(args.assignment, args.student, args.config)
-            print(f"feedback written for {args.assignment}")
-        elif args.command == "export":
-            print(f"grades exported to {export(args.to, args.config)}")
-        elif args.command == "reviews":
-            if args.set or args.accept:
-                return _decide(args)
-            from memlab.autograde import review
 
-            queue = review.review_queue(args.assignment, args.config, args.report)
-            print(review.format_reviews(queue))
-        elif args.command == "grade-class":
-            from memlab.autograde.batch.grade_class import GradeSettings, grade_class
+def _run(args) -> int:
+    """The command ``args`` names; its exit status."""
+    if args.command == "release":
+        for path in release(args.assignments, args.config):
+            print(f"released {path}")
+    elif args.command == "autograde":
+        for student in autograde(args.assignment, args.student, args.config):
+            print(f"autograded {args.assignment} for {student}")
+    elif args.command == "feedback":
+        feedback(args.assignment, args.student, args.config)
+        print(f"feedback written for {args.assignment}")
+    elif args.command == "export":
+        print(f"grades exported to {export(args.to, args.config)}")
+    elif args.command == "reviews":
+        if args.set or args.accept:
+            return _decide(args)
+        from memlab.autograde import review
 
-            cell_timeout = args.cell_timeout or int(load_config(args.config).Execute.timeout or 300)
-            settings = GradeSettings(workers=args.workers, cell_timeout=cell_timeout,
-                                     submission_timeout=args.submission_timeout,
-                                     memory_mb=args.memory_mb, scheduler=args.scheduler,
-                                     students=tuple(args.student or ()), flat=args.flat,
-                                     assignments=tuple(args.assignment or ()),
-                                     resume=not args.no_resume, warm=not args.cold,
-                                     sandbox=not args.no_sandbox, sandbox_kind=args.sandbox,
-                                     audit=not args.no_audit,
-                                     verdict=not args.no_verdict)
-            report = grade_class(args.submissions, config_path=args.config, out=args.out,
-                                 settings=settings, progress=not args.quiet)
-            n = report.graded
-            print(f"isolation: {report.isolation}")
-            print(f"graded {n} submissions with {report.workers} workers in {report.seconds:.0f} s "
-                  f"({report.seconds / max(n, 1):.1f} s per submission); {report.skipped} already "
-                  f"graded (ledger); report covers {len(report.results)}")
-            print(f"report: {report.out}/summary.md (grades.csv, submissions.csv, questions.csv, "
-                  f"review.csv, score_distribution.png)")
-    except (NbgraderError, RuntimeError, FileNotFoundError, ValueError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # Ctrl-C: grade-class said what it kept; no traceback
-        if args.command != "grade-class":
-            print("interrupted", file=sys.stderr)
-        return 130
+        queue = review.review_queue(args.assignment, args.config, args.report)
+        print(review.format_reviews(queue))
+    elif args.command == "grade-class":
+        _grade_class(args)
     return 0
+
+
+def _grade_class(args) -> None:
+    """``grade-class``: the batch, then what it did in three lines."""
+    from memlab.autograde.batch.grade_class import GradeSettings, grade_class
+
+    cell_timeout = args.cell_timeout or int(load_config(args.config).Execute.timeout or 300)
+    settings = GradeSettings(workers=args.workers, cell_timeout=cell_timeout,
+                             submission_timeout=args.submission_timeout,
+                             memory_mb=args.memory_mb, scheduler=args.scheduler,
+                             students=tuple(args.student or ()), flat=args.flat,
+                             assignments=tuple(args.assignment or ()),
+                             resume=not args.no_resume, warm=not args.cold,
+                             sandbox=not args.no_sandbox, sandbox_kind=args.sandbox,
+                             audit=not args.no_audit,
+                             verdict=not args.no_verdict)
+    report = grade_class(args.submissions, config_path=args.config, out=args.out,
+                         settings=settings, progress=not args.quiet)
+    n = report.graded
+    print(f"isolation: {report.isolation}")
+    print(f"graded {n} submissions with {report.workers} workers in {report.seconds:.0f} s "
+          f"({report.seconds / max(n, 1):.1f} s per submission); {report.skipped} already "
+          f"graded (ledger); report covers {len(report.results)}")
+    print(f"report: {report.out}/summary.md (grades.csv, submissions.csv, questions.csv, "
+          f"review.csv, score_distribution.png)")
 
 
 def _decide(args) -> int:

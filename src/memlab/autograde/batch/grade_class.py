@@ -391,179 +391,42 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
                 out: str | Path | None = None, settings: GradeSettings | None = None,
                 progress: bool = True) -> ClassReport:
     """Grade every assignment of every student in ``submissions`` (folder or zip); see module doc."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    from memlab.autograde import course
-
     import warnings
 
     # nbgrader 0.9.6 + SQLAlchemy 2 warn "not in session" on every new submission: noise.
     warnings.filterwarnings("ignore", message=".*not in session.*")
     settings = settings or GradeSettings()
     t_start = time.monotonic()
-    from memlab.autograde.security import bwrap as sandbox
-
-    mode, why = sandbox_mode(settings)
-    if mode == "landlock":
-        isolation = (f"sandboxed (Landlock on warm forks, {why}: no network, one readable and "
-                     "writable folder, no signal or ptrace outside it)")
-    elif mode == "bwrap":
-        isolation = f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
-    else:
-        if settings.sandbox:
-            sandbox.warn_unsandboxed(why)
-        isolation = f"unsandboxed ({why})"
+    isolation = _isolation(settings)
     # Every path is made absolute here, in the caller's working directory: nothing below
     # (or in a job, which gets only data) depends on where the command was started.
     src = Path(submissions).expanduser().resolve()
-    config_file = (Path(config_path).expanduser().resolve() if config_path
-                   else course.default_config_path().resolve())
-    api = course.make_api(config_file)
+    api, config_file, known = _open_course(config_path)
     cd = api.coursedir
-    with Gradebook(cd.db_url, cd.course_id) as gb:
-        known = sorted(a.name for a in gb.assignments)
-    if not known:
-        raise course.NbgraderError("the gradebook has no assignments: run `make release` first")
     decisions.adopt(api)  # formgrader's manual scores, on the answers they were given on
     out = Path(out).expanduser().resolve() if out else default_report_dir(cd)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="memlab-grade-"))
     jobs_root: Path | None = None
     try:
-        if src.is_file() and zipfile.is_zipfile(src):
-            _safe_extract(src, tmp / "input")
-            src = tmp / "input"
-        elif not src.is_dir():
-            raise FileNotFoundError(f"{submissions}: not a folder or a zip file")
-        if settings.flat:   # an LMS download, every student's file side by side
-            src = arrange_flat(src, tmp / "arranged", settings.flat, known)
-        try:
-            found, ignored = _collect_jobs(src, known)
-        except ValueError as exc:  # name what the instructor gave, not a temporary folder
-            raise ValueError(f"{submissions}: no <student>/<assignment>/ folders of the "
-                             f"assignments {known}; an LMS download with every file side by "
-                             "side takes --flat canvas (or --flat REGEX with the groups student "
-                             "and file): see autograder/README.md") from exc
-        if not found:
-            raise ValueError(f"no submissions of {known} found in {submissions}")
-        if settings.students:
-            found = [f for f in found if f[0] in settings.students]
-        if settings.assignments:
-            found = [f for f in found if f[1] in settings.assignments]
-        if not found:
-            raise ValueError(f"no submission of students {list(settings.students) or 'any'} and "
-                             f"assignments {list(settings.assignments) or 'any'} in {submissions}")
-        slim = tmp / "gradebook.db"
-        _slim_gradebook(Path(cd.db_url.replace("sqlite:///", "", 1)), slim)
-        gradebook_bytes = slim.read_bytes()
-        config_text = config_file.read_text()
-        bundles = {a: course_bundle(api, a, gradebook_bytes, config_text)
-                   for a in sorted({f[1] for f in found})}
+        found, ignored = _find_submissions(submissions, src, tmp, settings, known)
+        bundles = _bundles(api, tmp, config_file, found)
         n_local = max(1, min(settings.workers or os.cpu_count() or 1, len(found)))
-        threads = kernel_threads(settings, n_local)
-        jset = _job_settings(settings, threads)
+        jset = _job_settings(settings, kernel_threads(settings, n_local))
         # removed below, whatever happens to the workers; not inside `tmp`, whose gradebook copy
         # a job could then look up (Landlock lets a path outside the job's folder be stat'ed)
         jobs_root = Path(tempfile.mkdtemp(prefix="memlab-jobs-"))
         jset["job_root"] = str(jobs_root)
         ledger_path = out / "ledger.jsonl"
-        ledger = _load_ledger(ledger_path)
-        if not settings.resume and ledger:
-            # grade again what this call covers; the rest of the report's ledger stays
-            mine = {(f[0], f[1]) for f in found}
-            ledger_path.write_text("".join(json.dumps(e) + "\n" for k, e in ledger.items()
-                                           if k not in mine))
-            ledger = {}
-        pending, results, refused = [], {}, []
-        with Gradebook(cd.db_url, cd.course_id) as gb:
-            for student, assignment, folder in found:
-                try:
-                    files = _read_tree(folder, MAX_SUBMISSION_BYTES)
-                except (ValueError, OSError) as exc:  # one bad submission never stops the class
-                    job = make_job(student, assignment, {}, bundles[assignment], jset)
-                    refused.append((job, _failed_result(
-                        job, f"submission refused: {_first_line(str(exc), 160)}: scores 0", 0.0)))
-                    continue
-                job = make_job(student, assignment, files, bundles[assignment], jset)
-                e = ledger.get((student, assignment))
-                if (e and e.get("digest") == job["digest"]
-                        and e.get("course") == bundles[assignment]["fingerprint"]):
-                    try:
-                        gb.find_submission(assignment, student)
-                        results[(student, assignment)] = e["result"]
-                        continue
-                    except MissingEntry:
-                        pass
-                pending.append(job)
+        ledger = _ledger_for(ledger_path, settings.resume, found)
+        pending, results, refused = _plan(cd, found, bundles, jset, ledger)
         if refused:  # graded 0 with their reason, merged like any failed job (never ledgered)
-            with Gradebook(cd.db_url, cd.course_id) as gb:
-                for job, res in refused:
-                    res = merge_or_zero(gb, cd, job, res, None)
-                    results[(res["student"], res["assignment"])] = res
+            _record_refused(cd, refused, results)
         skipped = len(results)
-        bar = _Progress(len(pending), progress, skipped)
         workers = 0
         if pending:
-            bar.update()
-            ex = _Executor(settings, len(pending))
-            workers = ex.workers
-            ledger_fh = open(ledger_path, "a")
-            try:
-                with Gradebook(cd.db_url, cd.course_id) as gb:
-                    queue = list(pending)
-                    running: dict[Any, dict] = {}
-                    lost: dict[int, int] = {}  # id(job) -> times its worker process was lost
-                    while queue or running:
-                        while queue and len(running) < 2 * workers:
-                            job = queue.pop(0)
-                            running[ex.submit(job)] = job
-                        for fut in ex.wait_first(running):
-                            job = running.pop(fut)
-                            try:
-                                res = fut.result()
-                            except Exception as exc:  # a worker process lost (killed, out of memory)
-                                from concurrent.futures import BrokenExecutor
-
-                                if isinstance(exc, BrokenExecutor) and ex.client is None:
-                                    # The pool is unusable: a new one, and every job it held goes
-                                    # again; a job whose worker is lost twice scores 0.
-                                    lost[id(job)] = lost.get(id(job), 0) + 1
-                                    if lost[id(job)] < 2:
-                                        queue.insert(0, job)
-                                        ex.restart_if_broken()
-                                        continue
-                                res = _failed_result(job, f"the grading worker process was lost "
-                                                          f"({type(exc).__name__}): scores 0", 0.0)
-                            problems = validate_result(res, job)
-                            if problems:
-                                res = _failed_result(job, "grading result rejected ("
-                                                     + _first_line("; ".join(problems), 160) + "): scores 0",
-                                                     res.get("seconds", 0.0) if isinstance(res, dict) else 0.0)
-                            ts, ts_problem = _timestamp(job["files"])
-                            if ts_problem:
-                                res["reasons"].append(ts_problem)
-                            res = merge_or_zero(gb, cd, job, res, ts)
-                            _feedback_with_decisions(api, gb, res)
-                            res.pop("files", None)
-                            res.pop("log", None)
-                            results[(job["student"], job["assignment"])] = res
-                            ledger_fh.write(json.dumps({
-                                "student": job["student"], "assignment": job["assignment"],
-                                "digest": job["digest"], "course": bundles[job["assignment"]]["fingerprint"],
-                                "result": res}) + "\n")
-                            ledger_fh.flush()
-                            os.fsync(ledger_fh.fileno())
-                            bar.update(f"{job['student']}/{job['assignment']}")
-            except BaseException:
-                ex.close(cancel=True)
-                if progress:
-                    sys.stderr.write(f"\ninterrupted after {bar.done} of {len(pending)}: run the same "
-                                     f"command again to grade only what is missing\n")
-                raise
-            else:
-                ex.close()
-            finally:
-                ledger_fh.close()
+            bar = _Progress(len(pending), progress, skipped)
+            workers = _run_jobs(api, settings, pending, bundles, results, ledger_path, bar)
         # The report covers everything graded into this report folder so far.
         for key, e in _load_ledger(ledger_path).items():
             results.setdefault(key, e["result"])
@@ -572,16 +435,232 @@ def grade_class(submissions: str | Path, *, config_path: str | Path | None = Non
             before = _previous_summary(out)
             seconds = float(before.get("seconds", seconds))
             workers = int(before.get("workers", workers))
-        report = ClassReport(out=out, results=sorted(results.values(), key=lambda r: (r["student"], r["assignment"])),
+        report = ClassReport(out=out, results=sorted(results.values(),
+                                                     key=lambda r: (r["student"], r["assignment"])),
                              seconds=seconds, workers=workers,
                              graded=len(pending), skipped=skipped, isolation=isolation,
                              integrity=gradebook_integrity(cd.db_url.replace("sqlite:///", "", 1)))
         if report.integrity != "ok":
-            sys.stderr.write(f"\nERROR: the gradebook failed SQLite's integrity check after the batch: "
-                             f"{report.integrity}\n")
+            sys.stderr.write(f"\nERROR: the gradebook failed SQLite's integrity check after the "
+                             f"batch: {report.integrity}\n")
         _write_report(api, report, ignored)
         return report
     finally:
         if jobs_root is not None:
             remove_job_folders(jobs_root, settings.job_pids_max)
         remove_tree(tmp)
+
+
+def _isolation(settings: GradeSettings) -> str:
+    """What the report says of the sandbox (warning loudly when one was asked for and none
+    is usable)."""
+    from memlab.autograde.security import bwrap as sandbox
+
+    mode, why = sandbox_mode(settings)
+    if mode == "landlock":
+        return (f"sandboxed (Landlock on warm forks, {why}: no network, one readable and "
+                "writable folder, no signal or ptrace outside it)")
+    if mode == "bwrap":
+        return f"sandboxed ({why}: no network, own PID namespace, one writable folder)"
+    if settings.sandbox:
+        sandbox.warn_unsandboxed(why)
+    return f"unsandboxed ({why})"
+
+
+def _open_course(config_path: str | Path | None) -> tuple[Any, Path, list[str]]:
+    """(nbgrader API, absolute config file, the gradebook's assignments); refused when the
+    gradebook has none."""
+    from nbgrader.api import Gradebook
+
+    from memlab.autograde import course
+
+    config_file = (Path(config_path).expanduser().resolve() if config_path
+                   else course.default_config_path().resolve())
+    api = course.make_api(config_file)
+    cd = api.coursedir
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        known = sorted(a.name for a in gb.assignments)
+    if not known:
+        raise course.NbgraderError("the gradebook has no assignments: run `make release` first")
+    return api, config_file, known
+
+
+def _find_submissions(submissions: str | Path, src: Path, tmp: Path, settings: GradeSettings,
+                      known: list[str]) -> tuple[list[tuple[str, str, Path]], list[str]]:
+    """(student, assignment, folder) of each submission this call grades (a zip unpacked and
+    a flat LMS download arranged under ``tmp``), and the folders ignored; errors name
+    ``submissions`` as the instructor gave it."""
+    if src.is_file() and zipfile.is_zipfile(src):
+        _safe_extract(src, tmp / "input")
+        src = tmp / "input"
+    elif not src.is_dir():
+        raise FileNotFoundError(f"{submissions}: not a folder or a zip file")
+    if settings.flat:   # an LMS download, every student's file side by side
+        src = arrange_flat(src, tmp / "arranged", settings.flat, known)
+    try:
+        found, ignored = _collect_jobs(src, known)
+    except ValueError as exc:  # name what the instructor gave, not a temporary folder
+        raise ValueError(f"{submissions}: no <student>/<assignment>/ folders of the "
+                         f"assignments {known}; an LMS download with every file side by "
+                         "side takes --flat canvas (or --flat REGEX with the groups student "
+                         "and file): see autograder/README.md") from exc
+    if not found:
+        raise ValueError(f"no submissions of {known} found in {submissions}")
+    if settings.students:
+        found = [f for f in found if f[0] in settings.students]
+    if settings.assignments:
+        found = [f for f in found if f[1] in settings.assignments]
+    if not found:
+        raise ValueError(f"no submission of students {list(settings.students) or 'any'} and "
+                         f"assignments {list(settings.assignments) or 'any'} in {submissions}")
+    return found, ignored
+
+
+def _bundles(api, tmp: Path, config_file: Path, found: list[tuple[str, str, Path]]) -> dict:
+    """assignment -> its course bundle, for each assignment in ``found`` (the gradebook copy
+    in it holds no student)."""
+    cd = api.coursedir
+    slim = tmp / "gradebook.db"
+    _slim_gradebook(Path(cd.db_url.replace("sqlite:///", "", 1)), slim)
+    gradebook_bytes = slim.read_bytes()
+    config_text = config_file.read_text()
+    return {a: course_bundle(api, a, gradebook_bytes, config_text)
+            for a in sorted({f[1] for f in found})}
+
+
+def _ledger_for(ledger_path: Path, resume: bool, found: list[tuple[str, str, Path]]) -> dict:
+    """The ledger's entries this call may reuse: none without ``resume``, and then the
+    ledger file keeps only the entries of what this call does not cover."""
+    ledger = _load_ledger(ledger_path)
+    if not resume and ledger:
+        # grade again what this call covers; the rest of the report's ledger stays
+        mine = {(f[0], f[1]) for f in found}
+        ledger_path.write_text("".join(json.dumps(e) + "\n" for k, e in ledger.items()
+                                       if k not in mine))
+        ledger = {}
+    return ledger
+
+
+def _plan(cd, found: list[tuple[str, str, Path]], bundles: dict, jset: dict,
+          ledger: dict) -> tuple[list[dict], dict, list[tuple[dict, dict]]]:
+    """(jobs to run, results kept from the ledger, (job, failed result) of each submission
+    refused on reading). A ledger entry is kept while the submission, the course and the
+    gradebook's record of it are unchanged."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    pending, results, refused = [], {}, []
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        for student, assignment, folder in found:
+            try:
+                files = _read_tree(folder, MAX_SUBMISSION_BYTES)
+            except (ValueError, OSError) as exc:  # one bad submission never stops the class
+                job = make_job(student, assignment, {}, bundles[assignment], jset)
+                refused.append((job, _failed_result(
+                    job, f"submission refused: {_first_line(str(exc), 160)}: scores 0", 0.0)))
+                continue
+            job = make_job(student, assignment, files, bundles[assignment], jset)
+            e = ledger.get((student, assignment))
+            if (e and e.get("digest") == job["digest"]
+                    and e.get("course") == bundles[assignment]["fingerprint"]):
+                try:
+                    gb.find_submission(assignment, student)
+                    results[(student, assignment)] = e["result"]
+                    continue
+                except MissingEntry:
+                    pass
+            pending.append(job)
+    return pending, results, refused
+
+
+def _record_refused(cd, refused: list[tuple[dict, dict]], results: dict) -> None:
+    """Merge each refused submission's failed result into the gradebook and ``results``."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        for job, res in refused:
+            res = merge_or_zero(gb, cd, job, res, None)
+            results[(res["student"], res["assignment"])] = res
+
+
+def _run_jobs(api, settings: GradeSettings, pending: list[dict], bundles: dict, results: dict,
+              ledger_path: Path, bar: _Progress) -> int:
+    """Run ``pending`` on the executor, each result merged and ledgered as it arrives; the
+    number of workers. Interrupted: the executor's processes are killed, what was merged
+    stays in the ledger."""
+    from nbgrader.api import Gradebook
+
+    cd = api.coursedir
+    bar.update()
+    ex = _Executor(settings, len(pending))
+    ledger_fh = open(ledger_path, "a")
+    try:
+        with Gradebook(cd.db_url, cd.course_id) as gb:
+            queue = list(pending)
+            running: dict[Any, dict] = {}
+            lost: dict[int, int] = {}  # id(job) -> times its worker process was lost
+            while queue or running:
+                while queue and len(running) < 2 * ex.workers:
+                    job = queue.pop(0)
+                    running[ex.submit(job)] = job
+                for fut in ex.wait_first(running):
+                    job = running.pop(fut)
+                    try:
+                        res = fut.result()
+                    except Exception as exc:  # a worker process lost (killed, out of memory)
+                        if _goes_again(ex, exc, job, queue, lost):
+                            continue
+                        res = _failed_result(job, f"the grading worker process was lost "
+                                                  f"({type(exc).__name__}): scores 0", 0.0)
+                    _record(api, gb, job, res, bundles, results, ledger_fh)
+                    bar.update(f"{job['student']}/{job['assignment']}")
+    except BaseException:
+        ex.close(cancel=True)
+        if bar.enabled:
+            sys.stderr.write(f"\ninterrupted after {bar.done} of {len(pending)}: run the same "
+                             f"command again to grade only what is missing\n")
+        raise
+    else:
+        ex.close()
+    finally:
+        ledger_fh.close()
+    return ex.workers
+
+
+def _goes_again(ex: _Executor, exc: Exception, job: dict, queue: list[dict],
+                lost: dict[int, int]) -> bool:
+    """Whether ``job``, whose future raised ``exc``, goes again: the local pool broke (a new
+    one is started, every job it held goes again); a job whose worker is lost twice does not."""
+    from concurrent.futures import BrokenExecutor
+
+    if isinstance(exc, BrokenExecutor) and ex.client is None:
+        lost[id(job)] = lost.get(id(job), 0) + 1
+        if lost[id(job)] < 2:
+            queue.insert(0, job)
+            ex.restart_if_broken()
+            return True
+    return False
+
+
+def _record(api, gb, job: dict, res: dict, bundles: dict, results: dict, ledger_fh) -> None:
+    """A job's result validated, merged into the course gradebook and into ``results``, and
+    appended to the ledger (on disk before the next)."""
+    cd = api.coursedir
+    problems = validate_result(res, job)
+    if problems:
+        res = _failed_result(job, "grading result rejected ("
+                             + _first_line("; ".join(problems), 160) + "): scores 0",
+                             res.get("seconds", 0.0) if isinstance(res, dict) else 0.0)
+    ts, ts_problem = _timestamp(job["files"])
+    if ts_problem:
+        res["reasons"].append(ts_problem)
+    res = merge_or_zero(gb, cd, job, res, ts)
+    _feedback_with_decisions(api, gb, res)
+    res.pop("files", None)
+    res.pop("log", None)
+    results[(job["student"], job["assignment"])] = res
+    ledger_fh.write(json.dumps({
+        "student": job["student"], "assignment": job["assignment"],
+        "digest": job["digest"], "course": bundles[job["assignment"]]["fingerprint"],
+        "result": res}) + "\n")
+    ledger_fh.flush()
+    os.fsync(ledger_fh.fileno())

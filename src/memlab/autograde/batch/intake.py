@@ -16,7 +16,7 @@ import os
 import shutil
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Any, Sequence
 
 # the same reading of a cell's nbgrader metadata everywhere
 from memlab.autograde.security.audit import _meta
@@ -176,6 +176,27 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
     """Repair what can be repaired in the submitted folder ``dest``; return the reasons."""
     import nbformat
 
+    reasons = _match_notebooks(dest, expected)
+    for name in expected:
+        path = dest / f"{name}.ipynb"
+        nb, why = _read_submitted(path, name)
+        if why:
+            reasons.append(why)
+        if nb is None:
+            continue
+        reasons += _plain_types(nb)
+        released = nbformat.read(str(release_dir / f"{name}.ipynb"), as_version=4)
+        reasons += _restore_grade_cells(nb, released)
+        reasons += _drop_execution_tags(nb)
+        for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
+            cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
+        nbformat.write(nb, str(path))
+    return reasons
+
+
+def _match_notebooks(dest: Path, expected: list[str]) -> list[str]:
+    """The submitted notebooks against the expected names: one wrongly named notebook in
+    place of the one missing is renamed; every other missing one is said."""
     reasons: list[str] = []
     present = sorted(p.name for p in dest.glob("*.ipynb"))
     missing = [n for n in expected if f"{n}.ipynb" not in present]
@@ -186,82 +207,104 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
         missing = []
     for name in missing:
         reasons.append(f"notebook {name}.ipynb missing: its cells score 0")
-    for name in expected:
-        path = dest / f"{name}.ipynb"
-        if not path.is_file():
-            continue
-        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            path.unlink()
-            reasons.append(f"{name}.ipynb is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB: not graded, scores 0")
-            continue
-        try:
-            nb = nbformat.read(str(path), as_version=4)
-            if not isinstance(nb.get("cells"), list):
-                raise ValueError("no cell list")
-        except Exception as exc:  # malformed JSON, wrong schema
-            path.unlink()
-            first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-            reasons.append(f"{name}.ipynb is not a readable notebook ({type(exc).__name__}: {first}): scores 0")
-            continue
-        reasons += _plain_types(nb)
-        released = nbformat.read(str(release_dir / f"{name}.ipynb"), as_version=4)
-        rel_cells = {_meta(c).get("grade_id"): c for c in released.cells if _meta(c).get("grade_id")}
-        kernel = (nb.metadata.get("kernelspec") or {}).get("name")
-        if kernel not in (None, "python3"):
-            reasons.append(f"kernelspec {kernel!r} ignored: graded with python3")
-        seen: set[str] = set()
-        cells = []
-        for cell in nb.cells:
-            gid = _meta(cell).get("grade_id")
-            if gid is None:
-                cells.append(cell)
-                continue
-            if gid not in rel_cells:
-                cell.metadata.pop("nbgrader", None)
-                reasons.append(f"unknown grade cell {gid!r}: treated as a plain cell")
-                cells.append(cell)
-                continue
-            if gid in seen:
-                reasons.append(f"grade cell {gid!r} duplicated: the copy was dropped")
-                continue
-            seen.add(gid)
-            ref = rel_cells[gid]
-            if cell.cell_type != ref.cell_type:
-                reasons.append(f"grade cell {gid!r} retyped {ref.cell_type}->{cell.cell_type}: restored")
-                new = (nbformat.v4.new_code_cell if ref.cell_type == "code"
-                       else nbformat.v4.new_markdown_cell)(cell.source, metadata=copy.deepcopy(cell.metadata))
-                new["id"] = cell.get("id", new["id"])
-                cell = new
-            edited = sorted(k for k in ("grade", "solution", "locked", "points", "checksum",
-                                        "schema_version", "cell_type")
-                            if _meta(cell).get(k) != _meta(ref).get(k))
-            if edited:  # repaired by grade_id, not trusted and not zeroed whole
-                reasons.append(f"nbgrader metadata of {gid!r} edited ({', '.join(edited)}): "
-                               f"restored from the release")
-            cell.metadata["nbgrader"] = copy.deepcopy(_meta(ref))
-            if _meta(ref).get("locked") and _norm(cell.source) != _norm(ref.source):
-                what = "test cell" if _meta(ref).get("grade") else "locked cell"
-                reasons.append(f"{what} {gid!r} edited: restored from the release before grading")
-                cell.source = ref.source
-            if cell.cell_type == "code" and _meta(ref).get("grade") and not _meta(ref).get("solution") \
-                    and cell.get("outputs"):
-                reasons.append(f"stored outputs of {gid!r} discarded (tests are re-run)")
+    return reasons
+
+
+def _read_submitted(path: Path, name: str) -> tuple[Any, str]:
+    """(the notebook at ``path``, "") or (None, why it is not graded: "" when absent); one
+    too large or unreadable is deleted, so nothing grades it."""
+    import nbformat
+
+    if not path.is_file():
+        return None, ""
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        path.unlink()
+        return None, (f"{name}.ipynb is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB: "
+                      "not graded, scores 0")
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("no cell list")
+    except Exception as exc:  # malformed JSON, wrong schema
+        path.unlink()
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        return None, (f"{name}.ipynb is not a readable notebook ({type(exc).__name__}: {first}): "
+                      "scores 0")
+    return nb, ""
+
+
+def _restore_grade_cells(nb, released) -> list[str]:
+    """Every grade cell of ``nb`` as the release has it (by grade_id): unknown ones made
+    plain, copies dropped, deleted ones said; return the reasons."""
+    reasons: list[str] = []
+    rel_cells = {_meta(c).get("grade_id"): c for c in released.cells if _meta(c).get("grade_id")}
+    kernel = (nb.metadata.get("kernelspec") or {}).get("name")
+    if kernel not in (None, "python3"):
+        reasons.append(f"kernelspec {kernel!r} ignored: graded with python3")
+    seen: set[str] = set()
+    cells = []
+    for cell in nb.cells:
+        gid = _meta(cell).get("grade_id")
+        if gid is None:
             cells.append(cell)
-        for gid, ref in rel_cells.items():
-            if gid not in seen and _meta(ref).get("grade"):
-                reasons.append(f"grade cell {gid!r} deleted: restored from the release")
-        nb.cells = cells
-        for cell in nb.cells:
-            tags = cell.get("metadata", {}).get("tags")
-            bad = [t for t in tags if t in EXECUTION_TAGS] if isinstance(tags, list) else []
-            if bad:
-                cell.metadata["tags"] = [t for t in tags if t not in EXECUTION_TAGS]
-                where = _meta(cell).get("grade_id") or "a cell"
-                reasons.append(f"cell tag {', '.join(map(repr, bad))} removed from {where}: "
-                               "every cell runs")
-        for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
-            cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
-        nbformat.write(nb, str(path))
+            continue
+        if gid not in rel_cells:
+            cell.metadata.pop("nbgrader", None)
+            reasons.append(f"unknown grade cell {gid!r}: treated as a plain cell")
+            cells.append(cell)
+            continue
+        if gid in seen:
+            reasons.append(f"grade cell {gid!r} duplicated: the copy was dropped")
+            continue
+        seen.add(gid)
+        cells.append(_restore_cell(cell, rel_cells[gid], gid, reasons))
+    for gid, ref in rel_cells.items():
+        if gid not in seen and _meta(ref).get("grade"):
+            reasons.append(f"grade cell {gid!r} deleted: restored from the release")
+    nb.cells = cells
+    return reasons
+
+
+def _restore_cell(cell, ref, gid: str, reasons: list[str]):
+    """``cell`` with the type, nbgrader metadata and (locked) source of its released
+    ``ref``; what was changed is added to ``reasons``."""
+    import nbformat
+
+    if cell.cell_type != ref.cell_type:
+        reasons.append(f"grade cell {gid!r} retyped {ref.cell_type}->{cell.cell_type}: restored")
+        new = (nbformat.v4.new_code_cell if ref.cell_type == "code"
+               else nbformat.v4.new_markdown_cell)(cell.source,
+                                                   metadata=copy.deepcopy(cell.metadata))
+        new["id"] = cell.get("id", new["id"])
+        cell = new
+    edited = sorted(k for k in ("grade", "solution", "locked", "points", "checksum",
+                                "schema_version", "cell_type")
+                    if _meta(cell).get(k) != _meta(ref).get(k))
+    if edited:  # repaired by grade_id, not trusted and not zeroed whole
+        reasons.append(f"nbgrader metadata of {gid!r} edited ({', '.join(edited)}): "
+                       f"restored from the release")
+    cell.metadata["nbgrader"] = copy.deepcopy(_meta(ref))
+    if _meta(ref).get("locked") and _norm(cell.source) != _norm(ref.source):
+        what = "test cell" if _meta(ref).get("grade") else "locked cell"
+        reasons.append(f"{what} {gid!r} edited: restored from the release before grading")
+        cell.source = ref.source
+    if cell.cell_type == "code" and _meta(ref).get("grade") and not _meta(ref).get("solution") \
+            and cell.get("outputs"):
+        reasons.append(f"stored outputs of {gid!r} discarded (tests are re-run)")
+    return cell
+
+
+def _drop_execution_tags(nb) -> list[str]:
+    """Remove :data:`EXECUTION_TAGS` from every cell (each cell runs); return the reasons."""
+    reasons: list[str] = []
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags")
+        bad = [t for t in tags if t in EXECUTION_TAGS] if isinstance(tags, list) else []
+        if bad:
+            cell.metadata["tags"] = [t for t in tags if t not in EXECUTION_TAGS]
+            where = _meta(cell).get("grade_id") or "a cell"
+            reasons.append(f"cell tag {', '.join(map(repr, bad))} removed from {where}: "
+                           "every cell runs")
     return reasons
 
 

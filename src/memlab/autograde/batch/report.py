@@ -126,15 +126,49 @@ def _flag_for_review(api, results: list[dict]) -> None:
 
 
 def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
+    """Every file of the class report in ``report.out`` (see the module doc)."""
     from memlab.autograde import course
 
     out = report.out
     course.export(out / "grades.csv", api=api)
-    rows, review_rows = [], []
-    # (assignment, notebook, grade id) -> [(student, share of the cell's points)]
+    per_question = _merged_scores(api, report.results)
+    rows, review_rows = _reason_rows(api, report)
+    _flag_for_review(api, report.results)
+    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status",
+                                         "reason", "isolation"], rows)
+    _write_csv(out / "review.csv", ["student", "assignment", "cell", "why"], review_rows)
+    q_rows = _question_rows(report.results, per_question)
+    _write_csv(out / "questions.csv", ["assignment", "notebook", "grade_id", "submissions",
+                                       "pass_rate", "mean", "partial", "flagged"], q_rows)
+    _write_rosters(out, report.results)
+    totals: dict[str, list[float]] = {}
+    for r in report.results:
+        t = totals.setdefault(r["student"], [0.0, 0.0])
+        t[0] += r["score"]
+        t[1] += r["max_score"]
+    _plot(out / "score_distribution.png",
+          {s: (v[0] / v[1] * 100 if v[1] else 0.0) for s, v in totals.items()})
+    summary = {
+        "students": len(totals), "submissions": len(report.results), "workers": report.workers,
+        "graded_now": report.graded, "from_ledger": report.skipped,
+        "seconds": round(report.seconds, 1),
+        "seconds_per_submission": round(report.seconds / max(report.graded, 1), 2),
+        "ignored_folders": ignored, "isolation": report.isolation,
+        "gradebook_integrity": report.integrity,
+        "questions": q_rows, "review": review_rows,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text("\n".join(_summary_lines(report, summary, rows)) + "\n",
+                                    errors="backslashreplace")
+
+
+def _merged_scores(api, results: list[dict]) -> dict[tuple[str, str, str], list[tuple[str, float]]]:
+    """Set each result's score, max_score and late_seconds as merged (late penalties
+    included); return (assignment, notebook, grade id) -> [(student, share of the cell's
+    points)]."""
     per_question: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
-    with api.gradebook as gb:  # scores as merged (and late penalties), for every result
-        for r in report.results:
+    with api.gradebook as gb:
+        for r in results:
             sub = gb.find_submission(r["assignment"], r["student"])
             r["score"], r["max_score"] = float(sub.score), float(sub.max_score)
             r["late_seconds"] = float(sub.total_seconds_late or 0)
@@ -143,6 +177,13 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
                     if g.max_score:
                         per_question.setdefault((r["assignment"], snb.name, g.name), []).append(
                             (r["student"], min(1.0, float(g.score or 0) / float(g.max_score))))
+    return per_question
+
+
+def _reason_rows(api, report: ClassReport) -> tuple[list[dict], list[dict]]:
+    """Set each result's reason, review items and review cells; return the rows of
+    submissions.csv and review.csv."""
+    rows, review_rows = [], []
     audits = _assignment_hooks(api, report.results)
     standing = decisions.load(api.coursedir)  # what the instructor decided (adopted by callers)
     for r in report.results:
@@ -172,46 +213,37 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
         for why in review:
             review_rows.append({"student": r["student"], "assignment": r["assignment"],
                                 "cell": cells[why] or "", "why": why})
-    _flag_for_review(api, report.results)
-    _write_csv(out / "submissions.csv", ["student", "assignment", "score", "max_score", "status", "reason",
-                                         "isolation"], rows)
-    _write_csv(out / "review.csv", ["student", "assignment", "cell", "why"], review_rows)
-    flagged = {(r["student"], r["assignment"], gid) for r in report.results
+    return rows, review_rows
+
+
+def _question_rows(results: list[dict],
+                   per_question: dict[tuple[str, str, str], list[tuple[str, float]]]) -> list[dict]:
+    """The rows of questions.csv: per graded cell, its pass rate, mean share of its points,
+    share with partial credit and share flagged for review."""
+    flagged = {(r["student"], r["assignment"], gid) for r in results
                for gid in r.get("review_cells", ())}
-    q_rows = [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
-               "pass_rate": f"{sum(x >= 1.0 for _, x in v) / len(v):.2f}",
-               "mean": f"{sum(x for _, x in v) / len(v):.2f}",
-               "partial": f"{sum(0.0 < x < 1.0 for _, x in v) / len(v):.2f}",
-               "flagged": f"{sum((st, a, gid) in flagged for st, _ in v) / len(v):.2f}"}
-              for (a, nb, gid), v in sorted(per_question.items())]
-    _write_csv(out / "questions.csv", ["assignment", "notebook", "grade_id", "submissions",
-                                       "pass_rate", "mean", "partial", "flagged"], q_rows)
-    _write_rosters(out, report.results)
-    totals: dict[str, list[float]] = {}
-    for r in report.results:
-        t = totals.setdefault(r["student"], [0.0, 0.0])
-        t[0] += r["score"]
-        t[1] += r["max_score"]
-    _plot(out / "score_distribution.png", {s: (v[0] / v[1] * 100 if v[1] else 0.0) for s, v in totals.items()})
+    return [{"assignment": a, "notebook": nb, "grade_id": gid, "submissions": len(v),
+             "pass_rate": f"{sum(x >= 1.0 for _, x in v) / len(v):.2f}",
+             "mean": f"{sum(x for _, x in v) / len(v):.2f}",
+             "partial": f"{sum(0.0 < x < 1.0 for _, x in v) / len(v):.2f}",
+             "flagged": f"{sum((st, a, gid) in flagged for st, _ in v) / len(v):.2f}"}
+            for (a, nb, gid), v in sorted(per_question.items())]
+
+
+def _summary_lines(report: ClassReport, summary: dict, rows: list[dict]) -> list[str]:
+    """summary.md, line by line; what a submission wrote is escaped (:func:`_md`)."""
     secs = [r["seconds"] for r in report.results]
-    summary = {
-        "students": len(totals), "submissions": len(report.results), "workers": report.workers,
-        "graded_now": report.graded, "from_ledger": report.skipped,
-        "seconds": round(report.seconds, 1),
-        "seconds_per_submission": round(report.seconds / max(report.graded, 1), 2),
-        "ignored_folders": ignored, "isolation": report.isolation,
-        "gradebook_integrity": report.integrity,
-        "questions": q_rows, "review": review_rows,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    q_rows, review_rows = summary["questions"], summary["review"]
+    ignored = summary["ignored_folders"]
     lines = ["# Class grading summary", "",
-             f"{len(totals)} students, {len(report.results)} submissions, {report.workers} workers, "
+             f"{summary['students']} students, {len(report.results)} submissions, "
+             f"{report.workers} workers, "
              f"{report.seconds:.0f} s ({summary['seconds_per_submission']} s per submission; "
              f"slowest {max(secs, default=0):.0f} s).", "",
              f"Gradebook integrity check after the batch: {report.integrity}.", "",
-             f"Isolation: {report.isolation}." + ("" if report.isolation.startswith("sandboxed") else
-                                                 " LEARNER CODE RAN WITH YOUR RIGHTS: see "
-                                                 "autograder/README.md, Security."), "",
+             f"Isolation: {report.isolation}."
+             + ("" if report.isolation.startswith("sandboxed") else
+                " LEARNER CODE RAN WITH YOUR RIGHTS: see autograder/README.md, Security."), "",
              "![score distribution](score_distribution.png)", "",
              "## Per graded cell (low pass rate: the exercise may be too hard)", "",
              "| assignment | notebook | grade cell | submissions | pass rate | mean | partial | "
@@ -221,12 +253,13 @@ def _write_report(api, report: ClassReport, ignored: list[str]) -> None:
     lines += ["", f"## Needs manual review ({len(review_rows)})", ""]
     lines += [f"- {_md(x['student'])}/{_md(x['assignment'])}: {_md(x['why'])}"
               for x in review_rows] or ["- nothing"]
-    lines += ["", "## Submissions", "", "| student | assignment | score | reason |", "|---|---|---|---|"]
+    lines += ["", "## Submissions", "", "| student | assignment | score | reason |",
+              "|---|---|---|---|"]
     lines += [f"| {_md(x['student'])} | {_md(x['assignment'])} | {x['score']}/{x['max_score']} | "
               f"{_md(x['reason'])} |" for x in rows]
     if ignored:
         lines += ["", "Ignored folders (not an assignment in the gradebook): " + ", ".join(ignored)]
-    (out / "summary.md").write_text("\n".join(lines) + "\n", errors="backslashreplace")
+    return lines
 
 
 def _write_rosters(out: Path, results: list[dict]) -> None:

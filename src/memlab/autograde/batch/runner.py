@@ -304,64 +304,21 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     :func:`memlab.autograde.batch.processes._child_main`, which starts this process."""
     import warnings
 
-    from nbgrader.api import Gradebook, MissingEntry
-
     from memlab.autograde import course
 
     warnings.filterwarnings("ignore", message=".*not in session.*")
     t0 = time.monotonic()
-    s, bundle = job["settings"], job["course"]
+    s = job["settings"]
     student, assignment = job["student"], job["assignment"]
-    if bundle.get("assignment") != assignment:
-        raise RuntimeError(f"the job for {assignment} came with the course files of {bundle.get('assignment')}")
-    root = jobdir / "course"
-    (root / "autograder" / "work").mkdir(parents=True)
-    config = root / "autograder" / "nbgrader_config.py"
-    config.write_text(bundle["config"])
-    (root / "autograder" / "work" / "gradebook.db").write_bytes(bundle["gradebook"])
-    _write_tree(root / "solutions" / assignment, bundle["data"])
-    release_dir = jobdir / "release"
-    _write_tree(release_dir, bundle["release"])
-    jupyter = jobdir / "jupyter"
-    kernel_name = _resolve(s["kernelspec"])(jupyter, s)
-    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(jupyter), *filter(None, [os.environ.get("JUPYTER_PATH")])])
-    # store_widget_state: a widget's state is the learner's data this unsandboxed process would
-    # keep for every widget, past the output cap (48 text areas of 96 MiB each); grading needs
-    # none of it, and the report drops it from the notebook anyway (sanitize)
-    overrides: dict = {"Execute": {"timeout": int(s["cell_timeout"]), "kernel_name": kernel_name,
-                                   "store_widget_state": False}}
-    mode = sandbox_mode(s)[0]
-    if mode == "landlock" and not (confined_manager and launch):
-        raise RuntimeError("the Landlock sandbox needs the warm grading process")
-    if mode == "landlock":
-        # Kernel forked warm, confined by itself to its run folder before it starts
-        # (memlab.autograde.security.landlock); never started unconfined.
-        overrides["Execute"]["kernel_manager_class"] = confined_manager
-    elif mode == "bwrap":
-        # Kernel under bubblewrap (memlab.autograde.security.bwrap): started from its own argv, never
-        # from the warm fork; killed from outside at the submission's wall limit.
-        overrides["Execute"]["kernel_manager_class"] = "memlab.autograde.security.bwrap.SandboxKernelManager"
-        overrides["SandboxKernelManager"] = {"sandbox": True,
-                                             "wall_seconds": float(s.get("submission_timeout") or 0)}
-    elif s.get("warm", True) and kernel_manager:
-        overrides["Execute"]["kernel_manager_class"] = kernel_manager
-    if mode:  # each sandboxed kernel runs in its own copy under run/, never in nbgrader's folders
-        (jobdir / "run").mkdir()
-        overrides.setdefault("SandboxKernelManager", {})["run_root"] = str(jobdir / "run")
-    for section, values in (s.get("config_overrides") or {}).items():
-        overrides.setdefault(section, {}).update(values)
+    config, release_dir = _write_course(job, jobdir)
+    overrides, mode = _kernel_overrides(s, jobdir, kernel_manager, confined_manager, launch)
     cap_outputs(int(float(s.get("output_cap_mb", 8)) * 1024 * 1024))
     api = course.make_api(config, overrides=overrides)
     cd = api.coursedir
     dest = Path(cd.format_path(cd.submitted_directory, student, assignment))
     dest.mkdir(parents=True)
     _write_tree(dest, job["files"])
-    reasons: list[str] = []
-    zero: set[tuple[str, str]] = set()
-    for name in s["checks"]:
-        found = _resolve(name)(job, dest, release_dir) or {}
-        reasons += list(found.get("reasons", []))
-        zero |= {(str(nb), str(gid)) for nb, gid in found.get("zero", [])}
+    reasons, zero = _run_checks(job, dest, release_dir)
     db_path = cd.db_url.replace("sqlite:///", "", 1)
     before = _db_fingerprint(db_path)
     status = "ok"
@@ -375,26 +332,125 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     timings["kernels_exec"] = (launched or {}).get("exec", 0)
     if _db_tampered(before, _db_fingerprint(db_path)):
         reasons.append("learner code wrote to the grading worker's gradebook (discarded: only "
-                       "the scores computed from the notebook's outputs reach the course gradebook)")
+                       "the scores computed from the notebook's outputs reach the course "
+                       "gradebook)")
     if not result.get("success"):
         status = "failed"
         reasons.append(_classify_failure((result.get("log") or "") + (result.get("error") or "")))
     autograded = Path(cd.format_path(cd.autograded_directory, student, assignment))
     feedback = Path(cd.format_path(cd.feedback_directory, student, assignment))
+    reasons += _clean_autograded(autograded)
+    if status == "ok":
+        reasons += _write_feedback(api, autograded, release_dir, assignment, student, timings)
+    status, sub, grades, penalties = _read_grades(cd, assignment, student, status, zero)
+    if reruns is not None:
+        lowered = _finish_reruns(reruns, grades, timings)
+        if status == "ok" and sub is not None:
+            reasons += lowered
+    scans, files = _collect_outputs(autograded, feedback) if status == "ok" else ({}, {})
+    return {"student": student, "assignment": assignment, "status": status, "reasons": reasons,
+            "grades": grades, "penalties": penalties, "scans": scans, "files": files,
+            "timings": timings, "seconds": round(time.monotonic() - t0, 2)}
+
+
+def _write_course(job: dict, jobdir: Path) -> tuple[Path, Path]:
+    """The job's private course under ``jobdir``, from its bundle: (nbgrader config, release
+    folder)."""
+    bundle, assignment = job["course"], job["assignment"]
+    if bundle.get("assignment") != assignment:
+        raise RuntimeError(f"the job for {assignment} came with the course files of "
+                           f"{bundle.get('assignment')}")
+    root = jobdir / "course"
+    (root / "autograder" / "work").mkdir(parents=True)
+    config = root / "autograder" / "nbgrader_config.py"
+    config.write_text(bundle["config"])
+    (root / "autograder" / "work" / "gradebook.db").write_bytes(bundle["gradebook"])
+    _write_tree(root / "solutions" / assignment, bundle["data"])
+    release_dir = jobdir / "release"
+    _write_tree(release_dir, bundle["release"])
+    return config, release_dir
+
+
+def _kernel_overrides(s: dict, jobdir: Path, kernel_manager: str | None,
+                      confined_manager: str | None, launch: Callable | None) -> tuple[dict, str]:
+    """Write the kernelspec (put first on JUPYTER_PATH); return (nbgrader config overrides:
+    how each kernel starts, in which sandbox, then the job's own overrides; sandbox mode)."""
+    jupyter = jobdir / "jupyter"
+    kernel_name = _resolve(s["kernelspec"])(jupyter, s)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [str(jupyter), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    # store_widget_state: a widget's state is the learner's data this unsandboxed process would
+    # keep for every widget, past the output cap (48 text areas of 96 MiB each); grading needs
+    # none of it, and the report drops it from the notebook anyway (sanitize)
+    overrides: dict = {"Execute": {"timeout": int(s["cell_timeout"]), "kernel_name": kernel_name,
+                                   "store_widget_state": False}}
+    mode = sandbox_mode(s)[0]
+    if mode == "landlock" and not (confined_manager and launch):
+        raise RuntimeError("the Landlock sandbox needs the warm grading process")
+    if mode == "landlock":
+        # Kernel forked warm, confined by itself to its run folder before it starts
+        # (memlab.autograde.security.landlock); never started unconfined.
+        overrides["Execute"]["kernel_manager_class"] = confined_manager
+    elif mode == "bwrap":
+        # Kernel under bubblewrap (memlab.autograde.security.bwrap): started from its own argv,
+        # never from the warm fork; killed from outside at the submission's wall limit.
+        overrides["Execute"]["kernel_manager_class"] = (
+            "memlab.autograde.security.bwrap.SandboxKernelManager")
+        overrides["SandboxKernelManager"] = {
+            "sandbox": True, "wall_seconds": float(s.get("submission_timeout") or 0)}
+    elif s.get("warm", True) and kernel_manager:
+        overrides["Execute"]["kernel_manager_class"] = kernel_manager
+    if mode:  # each sandboxed kernel runs in its own copy under run/, never in nbgrader's folders
+        (jobdir / "run").mkdir()
+        overrides.setdefault("SandboxKernelManager", {})["run_root"] = str(jobdir / "run")
+    for section, values in (s.get("config_overrides") or {}).items():
+        overrides.setdefault(section, {}).update(values)
+    return overrides, mode
+
+
+def _run_checks(job: dict, dest: Path, release_dir: Path) -> tuple[list[str], set[tuple[str, str]]]:
+    """The job's checks (``settings["checks"]``) on the submitted folder, in order: (reasons,
+    (notebook, grade_id) of the cells that score 0)."""
+    reasons: list[str] = []
+    zero: set[tuple[str, str]] = set()
+    for name in job["settings"]["checks"]:
+        found = _resolve(name)(job, dest, release_dir) or {}
+        reasons += list(found.get("reasons", []))
+        zero |= {(str(nb), str(gid)) for nb, gid in found.get("zero", [])}
+    return reasons, zero
+
+
+def _clean_autograded(autograded: Path) -> list[str]:
+    """The kernel's folder removed and the graded folder sealed (:func:`_seal`) before any
+    unsandboxed step reads it; the reasons."""
     from memlab.autograde.security.bwrap import KERNEL_DIR
 
     remove_tree(autograded / KERNEL_DIR)  # sockets, HOME, /tmp of the kernel
     planted = _seal(autograded)
     if planted:
-        reasons.append(f"{len(planted)} link(s) or special file(s) found in the graded folder "
-                       f"({_first_line(', '.join(planted), 80)}): removed, never followed")
-    if status == "ok":
-        _sanitize_autograded(autograded, release_dir)
-        t_fb = time.monotonic()
-        fb = api.generate_feedback(assignment, student, force=True)
-        timings["feedback"] = round(time.monotonic() - t_fb, 2)
-        if not fb.get("success"):
-            reasons.append("feedback HTML could not be written")
+        return [f"{len(planted)} link(s) or special file(s) found in the graded folder "
+                f"({_first_line(', '.join(planted), 80)}): removed, never followed"]
+    return []
+
+
+def _write_feedback(api, autograded: Path, release_dir: Path, assignment: str, student: str,
+                    timings: dict) -> list[str]:
+    """The autograded notebooks sanitized, then nbgrader's feedback (timed); the reasons."""
+    _sanitize_autograded(autograded, release_dir)
+    t_fb = time.monotonic()
+    fb = api.generate_feedback(assignment, student, force=True)
+    timings["feedback"] = round(time.monotonic() - t_fb, 2)
+    if not fb.get("success"):
+        return ["feedback HTML could not be written"]
+    return []
+
+
+def _read_grades(cd, assignment: str, student: str, status: str, zero: set[tuple[str, str]]):
+    """(status, submission or None, grades, late penalties) from the job's gradebook: grades
+    are notebook -> grade_id -> [auto score, max score, needs manual grade]; a failed job and
+    the cells in ``zero`` score 0."""
+    from nbgrader.api import Gradebook, MissingEntry
+
     grades: dict[str, dict[str, list]] = {}
     penalties: dict[str, float] = {}
     with Gradebook(cd.db_url, cd.course_id) as gb:
@@ -403,7 +459,8 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
         except MissingEntry:  # nbgrader stopped before it recorded the submission
             status, sub = "failed", None
         for snb in (sub.notebooks if sub is not None else []):
-            penalties[snb.name] = float(snb.late_submission_penalty or 0.0) if status == "ok" else 0.0
+            penalties[snb.name] = (float(snb.late_submission_penalty or 0.0) if status == "ok"
+                                   else 0.0)
             for g in snb.grades:
                 auto = g.auto_score if status == "ok" else 0.0
                 if (snb.name, g.name) in zero:
@@ -411,27 +468,33 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
                 grades.setdefault(snb.name, {})[g.name] = [
                     None if auto is None else float(auto), float(g.max_score),
                     bool(g.needs_manual_grade) if status == "ok" else False]
-    if reruns is not None:
-        t_v = time.monotonic()
-        lowered = reruns.finish(grades)  # waits for the re-runs (they ran beside autograde)
-        if status == "ok" and sub is not None:
-            reasons += lowered
-        timings["verdict_wait"] = round(time.monotonic() - t_v, 2)
-        timings["verdict"] = round(time.monotonic() - reruns.t0, 2)
+    return status, sub, grades, penalties
+
+
+def _finish_reruns(reruns: _VerdictRuns, grades: dict, timings: dict) -> list[str]:
+    """Wait for the re-runs (they ran beside autograde), lower ``grades`` to their verdicts
+    (timed); the reasons."""
+    t_v = time.monotonic()
+    lowered = reruns.finish(grades)
+    timings["verdict_wait"] = round(time.monotonic() - t_v, 2)
+    timings["verdict"] = round(time.monotonic() - reruns.t0, 2)
+    return lowered
+
+
+def _collect_outputs(autograded: Path, feedback: Path) -> tuple[dict, dict]:
+    """(what each autograded notebook shows, :func:`_scan`; the result's files as bytes: the
+    autograded folder and each notebook's feedback HTML, none over MAX_RESULT_FILE_BYTES)."""
     scans, files = {}, {}
-    if status == "ok":
-        for nb_path in sorted(autograded.glob("*.ipynb")):
-            scans[nb_path.stem] = _scan(nb_path)
-        for step, folder in (("autograded", autograded), ("feedback", feedback)):
-            if folder.is_dir():
-                for name, data in _read_tree(folder).items():
-                    # feedback is the HTML of each notebook, nothing else of the job's folder
-                    if len(data) <= MAX_RESULT_FILE_BYTES and (
-                            step == "autograded" or ("/" not in name and name.endswith(".html"))):
-                        files[f"{step}/{name}"] = data
-    return {"student": student, "assignment": assignment, "status": status, "reasons": reasons,
-            "grades": grades, "penalties": penalties, "scans": scans, "files": files,
-            "timings": timings, "seconds": round(time.monotonic() - t0, 2)}
+    for nb_path in sorted(autograded.glob("*.ipynb")):
+        scans[nb_path.stem] = _scan(nb_path)
+    for step, folder in (("autograded", autograded), ("feedback", feedback)):
+        if folder.is_dir():
+            for name, data in _read_tree(folder).items():
+                # feedback is the HTML of each notebook, nothing else of the job's folder
+                if len(data) <= MAX_RESULT_FILE_BYTES and (
+                        step == "autograded" or ("/" not in name and name.endswith(".html"))):
+                    files[f"{step}/{name}"] = data
+    return scans, files
 
 
 class _VerdictRuns:

@@ -139,11 +139,7 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
     nb = nbformat.read(str(notebook), as_version=4)
     program, judge_cells = judge.split(program_of(nb, trusted, points), dict(judged or {}))
     workdir.mkdir(parents=True, exist_ok=True)
-    for item in submitted.iterdir():  # data files, never the notebooks or a kernel folder
-        if item.name.startswith(".") or item.suffix == ".ipynb":
-            continue
-        if item.is_file() and not item.is_symlink():
-            shutil.copy(item, workdir / item.name)
+    _copy_data(submitted, workdir)
     key = secrets.token_hex(32)
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     log_path = workdir.parent / f"{workdir.name}.log"
@@ -158,36 +154,14 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
     (workdir / PROGRAM).write_text(json.dumps({"cells": program, "key": key,
                                                "channel": judging is not None}))
     if launch is not None:
-        from memlab.autograde.security.landlock import confined_env
-
-        taken = launch(_harness_argv(memory_mb, cell_timeout, -1), confined_env(workdir, env),
-                       str(workdir), kind="verdict", confine=str(workdir), log=str(log_path))
+        taken = _run_warm(launch, workdir, env, log_path, t0 + wall_seconds,
+                          memory_mb, cell_timeout)
         if taken is None:
             return {}, "the re-run did not start (no warm process was left for it)"
-        proc, r = taken
-        raw = _read_until(r, t0 + wall_seconds, proc)
+        proc, raw = taken
     else:
-        r, w = os.pipe()
-        os.set_inheritable(w, True)
-        argv = _harness_argv(memory_mb, cell_timeout, w)
-        if sandboxed:
-            from memlab.autograde.security.bwrap import bwrap_argv
-
-            cmd = bwrap_argv(argv, workdir, env=env, wall_seconds=wall_seconds)
-            cwd = None
-        else:
-            timeout = shutil.which("timeout")
-            cmd = ([timeout, "-s", "KILL", f"{float(wall_seconds):g}"] if timeout and wall_seconds > 0
-                   else []) + argv
-            cwd = str(workdir)
-        with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=log,
-                                        pass_fds=(w,), start_new_session=True)
-            finally:
-                os.close(w)
-            raw = _read_until(r, t0 + wall_seconds + 5, proc)
+        proc, raw = _run_fresh(workdir, env, log_path, t0 + wall_seconds + 5, sandboxed,
+                               wall_seconds, memory_mb, cell_timeout)
     try:
         proc.wait(timeout=max(5.0, wall_seconds - (time.monotonic() - t0) + 5))
     except subprocess.TimeoutExpired:
@@ -200,12 +174,70 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
         problem = problem or why
     elif judge_cells:
         problem = problem or "the judge did not start"
-    if problem and proc.returncode not in (0, None):
-        problem = f"{problem} (the process ended with {_exit_text(proc.returncode)})"
+    return verdicts, _explained(problem, proc.returncode, log_path)
+
+
+def _copy_data(submitted: Path, workdir: Path) -> None:
+    """The submission's data files into ``workdir``: regular files only, never a link, a
+    notebook or a hidden entry (a kernel folder)."""
+    for item in submitted.iterdir():  # data files, never the notebooks or a kernel folder
+        if item.name.startswith(".") or item.suffix == ".ipynb":
+            continue
+        if item.is_file() and not item.is_symlink():
+            shutil.copy(item, workdir / item.name)
+
+
+def _run_warm(launch: Callable, workdir: Path, env: dict, log_path: Path, deadline: float,
+              memory_mb: int, cell_timeout: float):
+    """The harness in a pre-forked warm process that confines itself to ``workdir``:
+    (process, what it reported by ``deadline``), or None when none was left."""
+    from memlab.autograde.security.landlock import confined_env
+
+    taken = launch(_harness_argv(memory_mb, cell_timeout, -1), confined_env(workdir, env),
+                   str(workdir), kind="verdict", confine=str(workdir), log=str(log_path))
+    if taken is None:
+        return None
+    proc, r = taken
+    return proc, _read_until(r, deadline, proc)
+
+
+def _run_fresh(workdir: Path, env: dict, log_path: Path, deadline: float, sandboxed: bool,
+               wall_seconds: float, memory_mb: int, cell_timeout: float):
+    """The harness in a new interpreter (under bubblewrap when ``sandboxed``, else killed at
+    ``wall_seconds`` by timeout(1)): (process, what it reported by ``deadline``)."""
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    argv = _harness_argv(memory_mb, cell_timeout, w)
+    if sandboxed:
+        from memlab.autograde.security.bwrap import bwrap_argv
+
+        cmd = bwrap_argv(argv, workdir, env=env, wall_seconds=wall_seconds)
+        cwd = None
+    else:
+        timeout = shutil.which("timeout")
+        cmd = ([timeout, "-s", "KILL", f"{float(wall_seconds):g}"] if timeout and wall_seconds > 0
+               else []) + argv
+        cwd = str(workdir)
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=log,
+                                    pass_fds=(w,), start_new_session=True)
+        finally:
+            os.close(w)
+        return proc, _read_until(r, deadline, proc)
+
+
+def _explained(problem: str, returncode: int | None, log_path: Path) -> str:
+    """``problem`` with how the process ended, and the harness log's tail when it never
+    started."""
+    if problem and returncode not in (0, None):
+        problem = f"{problem} (the process ended with {_exit_text(returncode)})"
     if problem == "the re-run did not start":
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
+        tail = (log_path.read_text(errors="replace").strip().splitlines()[-3:]
+                if log_path.exists() else [])
         problem = f"{problem}; harness log: {' | '.join(tail)[:300]}"
-    return verdicts, problem
+    return problem
 
 
 JUDGE = (sys.executable, "-P", "-c", "from memlab.autograde.security.judge import main; main()")
