@@ -333,3 +333,24 @@ def test_an_added_cell_may_check_against_memlab_unless_an_answer_uses_it():
     rebind["cells"].insert(at + 1, added("count_param_bytes = ml.param_bytes"))
     assert any(v.rule == "forbidden helper" for vs in audit.audit_notebook(rebind, rel, a).values()
                for v in vs)
+
+
+def test_every_mutant_passes_the_audit_unflagged():
+    """The audit's cost to honest work: each mutant of tests/mutants/ is a learner's plausible
+    mistake, written by hand and by blind rounds, never an attack; none may be flagged (a flagged
+    answer is not run, so its learner would get a review line instead of the mistake's message)."""
+    import sys
+    import nbformat
+    sys.path.insert(0, str(ROOT / "tests"))
+    import mutants
+    flagged, n = [], 0
+    for assignment in mutants.assignments():
+        [path] = sorted((ROOT / "solutions" / assignment).glob("*.ipynb"))
+        solution, rel = nbformat.read(path, as_version=4), _release(assignment)
+        for m in mutants.load(assignment):
+            found = audit.audit_notebook(json.loads(nbformat.writes(mutants.apply(solution, m))),
+                                         rel, assignment)
+            n += 1
+            if found:
+                flagged.append(f"{assignment} {m.id}: {found}")
+    assert n >= 300 and not flagged, f"{len(flagged)} of {n} mutants flagged:\n" + "\n".join(flagged)

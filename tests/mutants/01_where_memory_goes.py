@@ -123,7 +123,7 @@ MUTANTS = [
         find="""    n_params = (V * h + config["max_seq"] * h                # token and position embeddings (head tied)
                 + L * (12 * h * h + 13 * h)                  # per layer: qkv, proj, fc1, fc2, 2 LayerNorms
                 + 2 * h)                                     # final LayerNorm""",
-        replace="""    n_params = sum(p.numel() for p in TinyGPT(vocab=V, hidden=h, heads=a, layers=L,
+        replace="""    n_params = sum(p.numel() for p in ml.models.TinyGPT(vocab=V, hidden=h, heads=a, layers=L,
                                               max_seq=config["max_seq"]).parameters())""",
         lose=("test_predict_training_bytes_hidden",), says="without building the model", klass=0,
         why="builds the model to count its parameters: the exercise is arithmetic (and would not fit at 7B)"),
@@ -229,5 +229,56 @@ MUTANTS = [
         klass=0,
         why=('blind round 4: learner believes gradients grow with the batch (one per '
              'sample) and says so among true statements'),
+    ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_param_bytes_trainable_only',
+        cell='count_param_bytes',
+        find='for p in model.parameters())',
+        replace='for p in model.parameters() if p.requires_grad)',
+        lose=('test_count_param_bytes_hidden',),
+        says='a frozen parameter is still a parameter',
+        klass=2,
+        why=('blind round r7, inputs: counts only parameters that require grad, so a frozen '
+             "weight's memory is left out; a learner conflates 'parameters' with 'trainable "
+             "parameters' and the visible models have none frozen."),
+    ),
+    Mutant(
+        id='r7_opt_state_hardcoded_fp32',
+        cell='count_optimizer_state_bytes',
+        find='n_bytes += value.numel() * value.element_size()',
+        replace='n_bytes += value.numel() * 4',
+        lose=('test_count_optimizer_state_bytes_hidden',),
+        says='element_size()',
+        klass=3,
+        why=('blind round r7, device: assumes every state tensor is float32 (4 bytes), wrong for '
+             "a bf16/fp16 model whose moments live in the parameter's dtype; the visible tests "
+             'only use fp32 models.'),
+    ),
+    Mutant(
+        id='r7_predict_pops_config_dtype',
+        cell='predict_training_bytes',
+        find='e = config["dtype"].itemsize',
+        replace='e = config.pop("dtype").itemsize',
+        lose=('test_predict_training_bytes_hidden',),
+        says='never write it',
+        klass=1,
+        why=("blind round r7, side_effect: pops 'dtype' out of the caller's config dict, so a "
+             'second call (or the caller building the model from the same dict) fails; the '
+             'visible test passes a copy so it never notices.'),
+    ),
+    Mutant(
+        id='r7_predict_logsoftmax_fp32',
+        cell='predict_training_bytes',
+        find='e * s * b * V)',
+        replace='4 * s * b * V)',
+        lose=('test_predict_training_bytes_hidden',),
+        says="at the dtype's bytes per element",
+        klass=3,
+        why=("blind round r7, device: assumes cross-entropy's saved log-softmax is always fp32 "
+             '(as under autocast), but a model converted to bf16 saves it in bf16; exact on the '
+             'fp32 visible config, ~2x too many logit bytes in bf16.'),
     ),
 ]

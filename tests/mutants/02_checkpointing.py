@@ -308,4 +308,64 @@ MUTANTS = [
             'found online.'
         ),
     ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_ckpt_uneven_segments',
+        cell='checkpointed_sequential',
+        find='ml.checkpointing.segment_bounds(len(self.layers), self.segments)',
+        replace=('[(i, i + len(self.layers) // self.segments) for i in range(0, len(self.layers), '
+                 'len(self.layers) // self.segments)]'),
+        lose=('test_checkpointed_sequential_hidden',),
+        says='segment_bounds',
+        klass=2,
+        why=('blind round r7, inputs: cuts segments of n // k layers by hand, which gives more '
+             'than k segments (more kept inputs) when k does not divide n; identical to '
+             'segment_bounds when every layer is its own segment, as in the visible test.'),
+    ),
+    Mutant(
+        id='r7_ckpt_no_rng_state',
+        cell='checkpointed_sequential',
+        find=('x = checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+              '**self.checkpoint_kwargs)'),
+        replace=('x = checkpoint(self.layers[start:stop], x, use_reentrant=False, '
+                 'preserve_rng_state=False, **self.checkpoint_kwargs)'),
+        lose=('test_checkpointed_sequential_hidden',),
+        says='preserve_rng_state=true',
+        klass=2,
+        why=("blind round r7, inputs: turns off RNG-state preservation 'to save time', so a block "
+             'with dropout draws a different mask when it is recomputed in backward and the '
+             'gradients no longer match; the visible MLP stack has no dropout.'),
+    ),
+    Mutant(
+        id='r7_ckpt_requires_grad_input',
+        cell='checkpointed_sequential',
+        find='for start, stop in ml.checkpointing',
+        replace=('x.requires_grad_(True)  # checkpoint needs an input that requires grad\n        for '
+                 'start, stop in ml.checkpointing'),
+        lose=('test_checkpointed_sequential_hidden',),
+        says='switched requires_grad on',
+        klass=1,
+        why=("blind round r7, side_effect: flips requires_grad on the caller's input tensor "
+             "(reentrant-checkpoint folklore), so the caller's batch now gets a .grad that "
+             'accumulates across steps and changes later measurements.'),
+    ),
+    Mutant(
+        id='r7_ckpt_sequential_last_segment',
+        cell='checkpointed_sequential',
+        find=('        for start, stop in ml.checkpointing.segment_bounds(len(self.layers), '
+              'self.segments):\n'),
+        replace=('        if self.segments < len(self.layers):  # whole segments: let the library do '
+                 'it\n            return checkpoint_sequential(self.layers, self.segments, x, '
+                 'use_reentrant=False, **self.checkpoint_kwargs)\n        for start, stop in '
+                 'ml.checkpointing.segment_bounds(len(self.layers), self.segments):\n'),
+        lose=('test_checkpointed_sequential_hidden',),
+        says='the last one too',
+        klass=1,
+        why=('blind round r7, proxy: delegates k < n segments to checkpoint_sequential, which '
+             'does not checkpoint the last segment and splits n // k differently, so its '
+             'activations are kept and the peak is not lowered as asked; the visible test only '
+             'uses one layer per segment.'),
+    ),
 ]

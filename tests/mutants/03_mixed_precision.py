@@ -347,4 +347,55 @@ MUTANTS = [
             'formats.'
         ),
     ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_underflow_inplace_scale',
+        cell='fp16_underflow_fraction',
+        find='(grads.float() * scale).to(torch.float16)',
+        replace='grads.mul_(scale).to(torch.float16)',
+        lose=('test_fp16_underflow_fraction_hidden',),
+        says='changed its input',
+        klass=1,
+        why=('blind round r7, side_effect: scales in place to avoid a copy, but grads.detach() '
+             "shares storage, so the caller's gradients are multiplied by scale; invisible in the "
+             'visible test, which only checks the input after the scale=1.0 call.'),
+    ),
+    Mutant(
+        id='r7_underflow_threshold',
+        cell='fp16_underflow_fraction',
+        find='((grads.float() * scale).to(torch.float16) == 0) & nonzero',
+        replace='((grads.float() * scale).abs() < 2.0**-24) & nonzero',
+        lose=('test_fp16_underflow_fraction_hidden',),
+        says="rounding is the hardware's",
+        klass=2,
+        why=("blind round r7, inputs: compares with fp16's smallest subnormal instead of "
+             'converting, but values between 2**-25 and 2**-24 round up to 2**-24 and survive; '
+             'the hand-made visible values are far from that band.'),
+    ),
+    Mutant(
+        id='r7_autocast_cpu_hardcoded',
+        cell='forward_loss',
+        find='device_type=device.type',
+        replace='device_type="cpu"',
+        lose=('test_forward_loss_hidden',),
+        says='device_type=device.type',
+        klass=3,
+        why=("blind round r7, device: hard-codes autocast to 'cpu' (the laptop it was written "
+             'on), so on a CUDA model the matmuls silently run in fp32 and no activation memory '
+             'is saved.'),
+    ),
+    Mutant(
+        id='r7_amp_zero_grad_keeps_grads',
+        cell='amp_step',
+        find='optimizer.zero_grad(set_to_none=True)',
+        replace='optimizer.zero_grad(set_to_none=False)',
+        lose=('test_amp_step_hidden',),
+        says='set_to_none=true',
+        klass=1,
+        why=('blind round r7, proxy: zeroes the gradients instead of freeing them (as '
+             'instructed), so the whole gradient stays allocated through the forward pass and the '
+             "step's peak is higher; losses and updates are identical."),
+    ),
 ]

@@ -307,4 +307,69 @@ MUTANTS = [
         klass=1,
         why="blind round 4: learner adds retain_graph=True 'to be safe'; gradients unchanged",
     ),
+    # round r6 (#33): the cut-off session's blind mutants were lost with its machine; these are
+    # its classes, written again after the fix (development data, not a blind figure)
+    Mutant(
+        id="r6_train_zero_grad_after_step",
+        cell="train_with_accumulation",
+        find=("        optimizer.zero_grad(set_to_none=True)               # boundary: a clean start\n"
+              "        for x, y in group:\n"),
+        replace="        for x, y in group:\n",
+        lose=(_HIDDEN_3,),
+        says="gradients left from before",
+        klass=1,
+        why="zeroes the gradients only after each step (the common loop's order moved to the "
+            "end): what the caller left in p.grad reaches the epoch's first step",
+    ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_accum_zeroes_grads',
+        cell='accumulate_gradients',
+        find='total = 0.0',
+        replace='model.zero_grad(set_to_none=True)  # start from clean gradients\n    total = 0.0',
+        lose=('test_accumulate_gradients_hidden',),
+        says='gradient before',
+        klass=1,
+        why=("blind round r7, side_effect: clears the caller's p.grad before accumulating, "
+             'discarding gradients already accumulated by the training loop; the visible test '
+             'zeroes the grads itself beforehand, so nothing shows.'),
+    ),
+    Mutant(
+        id='r7_lm_one_backward',
+        cell='accumulate_lm_gradients',
+        find='        loss.backward()\n        total += loss.item()\n    return total',
+        replace=('        total = total + loss\n    total.backward()  # one backward for the whole '
+                 'batch\n    return total.item()'),
+        lose=('test_accumulate_lm_gradients', 'test_accumulate_lm_gradients_hidden'),
+        says='before the next forward',
+        klass=1,
+        why=('blind round r7, proxy: sums the micro-batch losses and calls backward once, so '
+             "every micro-batch's graph and activations stay alive together: exact gradients and "
+             'loss, but no memory saved by accumulating.'),
+    ),
+    Mutant(
+        id='r7_train_autocast_cpu',
+        cell='train_with_accumulation',
+        find='device_type = next(model.parameters()).device.type',
+        replace='device_type = "cpu"',
+        lose=('test_train_with_accumulation_hidden',),
+        says='not from the machine',
+        klass=3,
+        why=("blind round r7, device: hard-codes autocast's device type to 'cpu', so a model on a "
+             'GPU runs its micro-batches in fp32 while the CPU-only visible cases pass.'),
+    ),
+    Mutant(
+        id='r7_train_pops_batches',
+        cell='train_with_accumulation',
+        find='group = micro_batches[start:start + accum_steps]',
+        replace=('group = [micro_batches.pop(0) for _ in range(min(accum_steps, len(micro_batches)))]'),
+        lose=('test_train_with_accumulation_hidden',),
+        says="changed the caller's list of micro-batches",
+        klass=1,
+        why=("blind round r7, side_effect: consumes the caller's list of micro-batches with "
+             'pop(0), so the epoch trains correctly but leaves the list empty for the next epoch '
+             'or a reference run.'),
+    ),
 ]

@@ -353,4 +353,58 @@ MUTANTS = [
             'forgotten.'
         ),
     ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_cfg_smallest_micro_first',
+        cell='configure_job',
+        find='range(E - 1, 0, -1)',
+        replace='range(1, E)',
+        lose=('test_configure_hidden',),
+        says='take the largest micro-batch that fits',
+        klass=0,
+        why=('blind round r7, plain: scans micro-batch sizes from 1 upward, so it always returns '
+             'micro-batch 1 (which always fits) instead of the largest that fits: the budget and '
+             'effective batch are met but the job runs needlessly many tiny steps.'),
+    ),
+    Mutant(
+        id='r7_cfg_skips_amp_ckpt',
+        cell='configure_job',
+        find=',\n             ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=E)]',
+        replace=']',
+        lose=('test_configure_hidden',),
+        says='accumulation is not needed here',
+        klass=0,
+        why=("blind round r7, plain: leaves out the 'amp + checkpointing at the full batch' step, "
+             'jumping from amp straight to accumulation, so a budget that amp + checkpointing '
+             'alone would meet gets an accumulation config; the visible tight budget needs all '
+             'three anyway.'),
+    ),
+    Mutant(
+        id='r7_cfg_halving_only',
+        cell='configure_job',
+        find='for m in range(E - 1, 0, -1) if E % m == 0',
+        replace='for m in [E >> i for i in range(1, E.bit_length())] if E % m == 0',
+        lose=('test_configure_hidden',),
+        says='try every divisor',
+        klass=2,
+        why=('blind round r7, inputs: only tries halving the micro-batch (E/2, E/4, ...), which '
+             'lists every divisor for the visible E = 16 but skips divisors like 8 or 4 for E = '
+             '24 or 12, returning a smaller micro-batch than the largest that fits.'),
+    ),
+    Mutant(
+        id='r7_cfg_silent_batch_one',
+        cell='configure_job',
+        find=('raise RuntimeError(f"no configuration fits {ml.fmt_bytes(budget_bytes)} without '
+              'lowering the "\n                       "batch: only now consider a smaller batch '
+              '(and retune the learning rate)")'),
+        replace='return ml.oom.JobConfig(amp=True, checkpoint=True, micro_batch=1)  # last resort',
+        lose=('test_configure_hidden',),
+        says='but nothing fits',
+        klass=2,
+        why=('blind round r7, inputs: when nothing fits it silently returns a batch-1 job instead '
+             "of raising, lowering the effective batch behind the user's back; only a budget "
+             'below every configuration (not in the visible tests) exposes it.'),
+    ),
 ]

@@ -271,4 +271,55 @@ MUTANTS = [
         why=('blind round 4: learner answers what to do but leaves out the price the '
              'question asks for'),
     ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_fsdp_params_unpadded',
+        cell='predict_rank_bytes',
+        find='4 * chunk * per_row',
+        replace='4 * rows * per_row',
+        lose=('test_predict_rank_bytes_hidden',),
+        says='ceil(d0 / n)',
+        klass=2,
+        why=('blind round r7, inputs: counts FSDP parameter storage as the rows the rank owns, '
+             'forgetting FSDP2 pads every shard to ceil(d0 / N) rows; identical when N divides '
+             'every dim 0, as in the visible even-width model.'),
+    ),
+    Mutant(
+        id='r7_fsdp_step_owner_only',
+        cell='predict_rank_bytes',
+        find='out[rank]["optimizer_state"] += 8 * rows * per_row + 4',
+        replace='out[rank]["optimizer_state"] += 8 * rows * per_row + (4 if rows else 0)',
+        lose=('test_predict_rank_bytes_hidden',),
+        says='even one with no rows',
+        klass=2,
+        why=("blind round r7, inputs: gives Adam's step counter only to ranks that own rows, but "
+             'FSDP keeps it on every rank (each holds a possibly empty shard); only tiny widths '
+             'on 3-4 ranks leave a rank without rows.'),
+    ),
+    Mutant(
+        id='r7_unknown_strategy_silent',
+        cell='predict_rank_bytes',
+        find='    else:\n        raise ValueError(f"unknown strategy {strategy!r}")\n',
+        replace='',
+        lose=('test_predict_rank_bytes_hidden',),
+        says='raise valueerror naming it',
+        klass=0,
+        why=('blind round r7, plain: drops the final else, so a misspelled strategy returns '
+             'all-zero byte counts instead of raising ValueError; the visible test only passes '
+             'the three valid names.'),
+    ),
+    Mutant(
+        id='r7_refgrads_no_zero',
+        cell='reference_grads',
+        find='    model.zero_grad(set_to_none=True)\n    for inputs',
+        replace='    for inputs',
+        lose=('test_reference_grads_hidden',),
+        says='already held gradients',
+        klass=2,
+        why=('blind round r7, inputs: does not clear p.grad first, so gradients the model already '
+             'holds are added into the result; the visible test uses a fresh model with no '
+             'gradients.'),
+    ),
 ]

@@ -363,4 +363,61 @@ MUTANTS = [
             'that someone must still clear the gradient.'
         ),
     ),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_sdpa_flash_or_math',
+        cell='causal_attention',
+        find='    return F.scaled_dot_product_attention(q, k, v, is_causal=True)',
+        replace=('    from torch.nn.attention import SDPBackend, sdpa_kernel\n    with '
+                 'sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):  # flash, else the '
+                 'reference\n        return F.scaled_dot_product_attention(q, k, v, is_causal=True)'),
+        lose=('test_causal_attention_hidden',),
+        says='leaves out the memory-efficient one',
+        klass=3,
+        why=('blind round r7, device: restricts SDPA to flash or math; on the CPU flash always '
+             'applies, but on CUDA with fp32 inputs flash is unavailable and it falls back to the '
+             'math kernel, which saves the s x s matrix again.'),
+    ),
+    Mutant(
+        id='r7_lora_merged_weight',
+        cell='lora_linear',
+        find='        return self.base(x) + self.scale * ((x @ self.A.T) @ self.B.T)',
+        replace=('        return F.linear(x, self.base.weight + self.scale * (self.B @ self.A), '
+                 'self.base.bias)'),
+        lose=('test_lora_linear_hidden',),
+        says='merged w + b a',
+        klass=1,
+        why=('blind round r7, proxy: merges W + s*BA in every forward, so the outputs and the '
+             'A/B-only gradients are right, but each step builds and saves a full out x in matrix '
+             'and its full-size gradient, the memory LoRA exists to avoid.'),
+    ),
+    Mutant(
+        id='r7_state_bytes_fp32',
+        cell='predict_state_bytes',
+        find='size = p.element_size()',
+        replace='size = 4',
+        lose=('test_predict_state_bytes_hidden',),
+        says="moments in the parameter's dtype",
+        klass=3,
+        why=('blind round r7, device: assumes 4-byte state for every parameter, but torch.optim '
+             "keeps moments in the parameter's dtype, so bf16 weights get half the predicted "
+             'state; the visible model is fp32.'),
+    ),
+    Mutant(
+        id='r7_fuse_hooks_frozen',
+        cell='fuse_optimizer_into_backward',
+        find=('    for p in model.parameters():\n        if p.requires_grad:\n            '
+              'optimizers[p] = make_optimizer([p])\n            '
+              'p.register_post_accumulate_grad_hook(step_and_free)'),
+        replace=('    for p in model.parameters():\n        optimizers[p] = make_optimizer([p])\n     '
+                 '   p.register_post_accumulate_grad_hook(step_and_free)'),
+        lose=('test_fuse_optimizer_into_backward_hidden',),
+        says='a frozen layer gets neither',
+        klass=2,
+        why=('blind round r7, inputs: registers a hook and an optimizer on every parameter, which '
+             'raises for a frozen one (a hook needs requires_grad) and returns optimizers for '
+             'untrained tensors; the visible model has no frozen layer.'),
+    ),
 ]

@@ -174,4 +174,69 @@ MUTANTS = [
         why=('blind round 4: learner builds the causal mask without a device (created '
              'on the CPU)'),
     ),
+    # round r6 (#33): the cut-off session's blind mutants were lost with its machine; these are
+    # its classes, written again after the fix (development data, not a blind figure)
+    Mutant(id="r6_mb_memo_in_cfg", cell="max_batch",
+           find="    per_seq = 2 * cfg[",
+           replace="    per_seq = cfg.setdefault(\"per_seq\", 0) or 2 * cfg[",
+           lose=("test_max_batch_hidden",), says="never write into it", klass=1,
+           why="side effect: remembers the per-sequence bytes in the caller's cfg (a cache), so "
+               "a later call with other kv_bytes or context reuses a stale size"),
+    Mutant(id="r6_mb_at_least_one", cell="max_batch",
+           find="    return int(free // per_seq)", replace="    return max(1, int(free // per_seq))",
+           lose=("test_max_batch_hidden",), says="0 when nothing fits", klass=0,
+           why="once the weights fit, promises at least one sequence even when its cache and "
+               "activations do not fit"),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_cache_prefill_views',
+        cell='attention_with_cache',
+        find=('        k, v = k.contiguous(), v.contiguous()  # own storages: not views of the qkv '
+              'output'),
+        replace='        pass  # prefill: nothing cached yet, keep k and v as they are',
+        lose=('test_attention_with_cache_hidden',),
+        says='views of the whole',
+        klass=1,
+        why=("blind round r7, proxy: caches the prefill's k and v as views of the qkv output, so "
+             'the cache keeps the whole (s, b, 3h) storage (q included) alive until the first '
+             "decode's torch.cat copies it; tokens are identical and a long generation hides it."),
+    ),
+    Mutant(
+        id='r7_mask_no_device',
+        cell='attention_with_cache',
+        find='future = torch.ones(s, t, dtype=torch.bool, device=x.device)',
+        replace='future = torch.ones(s, t, dtype=torch.bool)',
+        lose=('test_attention_with_cache_hidden',),
+        says='on x.device',
+        klass=3,
+        why=('blind round r7, device: builds the causal mask without device=, i.e. on the CPU, so '
+             'masked_fill on CUDA scores fails with a device mismatch; on the CPU every test '
+             'passes.'),
+    ),
+    Mutant(
+        id='r7_kv_bytes_fp16_or_fp32',
+        cell='kv_cache_bytes',
+        find='torch.empty((), dtype=dtype).element_size()',
+        replace='(2 if dtype == torch.float16 else 4)',
+        lose=('test_kv_cache_bytes_hidden',),
+        says='bytes per element of dtype',
+        klass=3,
+        why=('blind round r7, device: hard-codes 2 bytes for float16 and 4 otherwise, so a bf16 '
+             '(or 8-bit) cache is counted at 4 bytes per element; the visible tests only use fp32 '
+             'and fp16.'),
+    ),
+    Mutant(
+        id='r7_max_batch_strict',
+        cell='max_batch',
+        find='return int(free // per_seq)',
+        replace='return int((free - 1) // per_seq)  # strictly under the budget',
+        lose=('test_max_batch_hidden',),
+        says='<=, not <',
+        klass=2,
+        why=("blind round r7, inputs: keeps a strict '<' margin, so a batch that fills the budget "
+             'exactly (allowed: <= budget) is rejected and the answer is one too small; the '
+             'visible budgets all have slack.'),
+    ),
 ]

@@ -219,4 +219,70 @@ MUTANTS = [
         klass=1,
         why='blind round 4: learner cleans up the trace in place before replaying it',
     ),
+    # round r6 (#33): the cut-off session's blind mutants were lost with its machine; these are
+    # its classes, written again after the fix (development data, not a blind figure)
+    Mutant(id="r6_oom_mib_gib_only", cell="read_oom",
+           find='    size = r"(\\d+(?:\\.\\d+)?) (bytes|KiB|MiB|GiB)"',
+           replace='    size = r"(\\d+(?:\\.\\d+)?) (MiB|GiB)"',
+           lose=_RO, says="in bytes, KiB, MiB or GiB", klass=0,
+           why="reads only MiB and GiB sizes (those of the messages it was tried on): a message "
+               "with a few KiB reserved but unallocated is refused"),
+    Mutant(id="r6_ts_indexes_batches", cell="train_steps",
+           find="    for x, y in batches:\n",
+           replace="    for i in range(len(batches)):\n        x, y = batches[i]\n",
+           lose=("test_train_steps_hidden",), says="iterate batches once", klass=0,
+           why="indexes batches by position: a generator of batches (any iterable is allowed) "
+               "raises TypeError"),
+    # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
+    # release notebooks and the answer cells alone, never the hidden tests; graded once
+    # before any fix (31/36 caught), then the five missed classes fixed
+    Mutant(
+        id='r7_oom_tie_other_process',
+        cell='read_oom',
+        find='"fragmentation" if frag >= elsewhere else',
+        replace='"fragmentation" if frag > elsewhere else',
+        lose=('test_read_oom_hidden',),
+        says='a tie between the two is fragmentation',
+        klass=2,
+        why=('blind round r7, inputs: uses a strict comparison, so an exact tie between '
+             "reserved-unallocated and memory held elsewhere is called 'another process' although "
+             'the rule says a tie is fragmentation; no visible message has a tie.'),
+    ),
+    Mutant(
+        id='r7_peak_largest_ever',
+        cell='peak_report',
+        find='largest = max(alive, key=lambda b: b[0])',
+        replace='largest = max(blocks, key=lambda b: b[0])',
+        lose=('test_peak_report_hidden',),
+        says='not the largest the trace ever',
+        klass=0,
+        why=('blind round r7, plain: reports the largest block ever allocated instead of the '
+             'largest alive at the first peak; in the visible snapshots the two come from the '
+             'same line.'),
+    ),
+    Mutant(
+        id='r7_train_list_batches',
+        cell='train_steps',
+        find='    for x, y in batches:',
+        replace='    for x, y in list(batches):  # materialise: works for lists and generators',
+        lose=('test_train_steps_hidden',),
+        says='one at a time',
+        klass=1,
+        why=('blind round r7, proxy: materialises the batches into a list, which changes nothing '
+             'for a list but keeps every batch of a generator alive for the whole loop, so live '
+             "memory after a step is above a plain step's."),
+    ),
+    Mutant(
+        id='r7_chunked_requires_grad',
+        cell='chunked_lm_loss',
+        find='    h2 = hidden.reshape(-1, hidden.shape[-1])',
+        replace=('    h2 = hidden.requires_grad_().reshape(-1, hidden.shape[-1])  # checkpoint needs '
+                 'an input that requires grad'),
+        lose=('test_chunked_lm_loss_hidden',),
+        says='switched requires_grad on',
+        klass=1,
+        why=("blind round r7, side_effect: switches requires_grad on for the caller's hidden "
+             'tensor (checkpoint folklore), so a frozen hidden starts receiving a gradient and '
+             'extra gradient memory after the call; the visible hidden already requires grad.'),
+    ),
 ]

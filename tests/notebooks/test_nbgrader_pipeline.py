@@ -60,6 +60,7 @@ LEARNER_NOTE = ("(learners: your own saved work in notebooks/ shows up here too;
                 "authors, who must never edit notebooks/ by hand)")
 PLAIN = "00_setup"  # graded with the instructor's single-student commands (module docstring)
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+IMPORT_IDIOM = re.compile(r"^import memlab(?: as ml|\.[a-z_]+)\s*(?:#.*)?$")
 
 
 def is_autograder_test(cell) -> bool:
@@ -325,6 +326,12 @@ def test_source_notebooks_follow_the_authoring_rules(path):
                     "that says what to fix (learners see no line numbers)")
         if m.get("solution") and cell.cell_type == "code":
             assert "### BEGIN SOLUTION" in cell.source, f"answer cell {m['grade_id']} has no ### BEGIN SOLUTION"
+    # one import idiom (docs/AUTHORING.md): `import memlab as ml`, and `import memlab.<module>` to
+    # load a module used as ml.<module>; no `from memlab ...`, no other alias
+    imports = [line.strip() for c in code for line in c.source.splitlines()
+               if re.match(r"\s*(from|import)\s+memlab\b", line)]
+    other = [line for line in imports if not IMPORT_IDIOM.match(line)]
+    assert not other, f"{path.name}: memlab imported another way than `import memlab as ml`: {other}"
     frame = frame_problems(nb.cells)
     assert not frame, f"{path.name}: the learner's frame is incomplete: {'; '.join(frame)}"
     # Run All never stops on a learner's half-written answer: a demo cell that runs the learner's
