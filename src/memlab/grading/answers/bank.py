@@ -1645,7 +1645,7 @@ _EFFECT_CONSUMERS = {
     "live tensors": (r"(?:[a-z_.]*memory_allocated|allocated (?:memory|bytes)|live tensors|"
                      r"(?:unused |dead |unreferenced )?tensors)"),
 }
-_SHRINK_VERB = r"(?:halv\w*|shrink\w*|cuts?|compress\w*|lowers?|reduces?|shorten\w*)"
+_SHRINK_VERB = r"(?:halv\w*|shrink\w*|cuts?|compress\w*|lowers?|reduces?|shorten\w*|divid\w*)"
 _SHARD_VERB = r"(?:shard\w*|split\w*|partition\w*|divid\w*|distribut\w*|slic\w*|spread\w*|cuts?|shrink\w*)"
 _FREE_VERB = r"(?:frees?|releas\w*|delet\w*|clears?|lowers?|reduces?|drops?|shrink\w*|empties)"
 _TECHNIQUES = {  # name: (its patterns, verb, the consumers it shrinks, the course's words)
@@ -1669,6 +1669,11 @@ _TECHNIQUES = {  # name: (its patterns, verb, the consumers it shrinks, the cour
                     _SHARD_VERB, {"optimizer state", "gradients", "parameters"},
                     "ZeRO-3/FSDP shard the model states (parameters, gradients, optimizer "
                     "state); each rank's activations are its own micro-batch's, unchanged"),
+    "DDP": (r"(?:ddp|distributeddataparallel|distributed data parallel|plain data parallel\w*)",
+            _SHARD_VERB, {"activations"},
+            "DDP replicates the model: every GPU keeps all parameters, gradients and optimizer "
+            "state (only each GPU's share of the batch, its activations, is smaller); sharding "
+            "the model states is what ZeRO and FSDP add"),
     "empty_cache": (r"(?:[a-z_.]*empty_cache|emptying the cache)", _FREE_VERB, set(),
                     "empty_cache returns cached, unused blocks to the driver: no tensor is "
                     "freed and memory_allocated does not change"),
@@ -1710,6 +1715,18 @@ RUBRICS_USING_EFFECTS = ("oom_before_batch", "checkpointing_cost", "fp16_loss_sc
                          "peak_moves", "bytes_conventions")
 DIRECTIONS += tuple(_effect_direction(name) for name in _TECHNIQUES)
 DIRECTIONS += (
+    Direction(
+        "says DDP gives each GPU a fraction of the model states",
+        # "plain DDP over 8 GPUs ..., since each GPU then stores only an eighth of them": a share
+        # per GPU said of DDP (of the batch it is true, so the batch's words end the claim)
+        (r"(?:ddp|distributed data parallel|plain data parallel\w*) (?:(?!(?:not|no|never|unlike|"
+         r"whereas|while|but|instead|zero\S*|stage|fsdp\S*|shard\w*|batch\w*|data|activations?|"
+         r"inputs?|samples?|examples?|tokens?|micro\S*) )[^ ]+ ){0,25}(?:only )?(?:an? |one )?"
+         r"(?:eighth|quarter|fourth|fraction|1 ?/ ?(?:n|8|4|k))\b(?! of (?:the |its |each )?"
+         r"(?:global |total |whole |full )?(?:batch|data|samples|examples|inputs|tokens))",),
+        "DDP replicates the model: every GPU keeps all parameters, gradients and optimizer state; "
+        "a share per GPU is what ZeRO and FSDP add (DDP splits only the batch)",
+        ("sharding_when_why", "bytes_conventions", "oom_before_batch", "peak_moves")),
     Direction(
         "says loss scaling acts on the forward pass or the activations",
         # the scaler multiplies the loss (so the backward's gradients); the forward runs as it was

@@ -992,6 +992,7 @@ class _Tally:
     concept_lines: list[str] = field(default_factory=list)
     mis_lines: list[str] = field(default_factory=list)
     accounted: list[_Mention] = field(default_factory=list)   # every match of a pattern
+    topicless: bool = False   # ideas matched in an answer that never names the question's topic
 
 
 def _tally_concepts(rb: Rubric, graded: list[str], sentences: list[str], t: _Tally) -> None:
@@ -1075,6 +1076,7 @@ def _score(rb: Rubric, t: _Tally, concept_score: float, on_topic: int, own_words
         # an idea's word in an answer that never touches the question's topic is a loose
         # word ("kernel-launch overhead" is not checkpointing's cost)
         score = 0.0
+        t.topicless = len(t.found) >= 2
         t.concept_lines.append("no credit: the answer never speaks of the question's topic "
                                f"({', '.join(rb.topic[:4])}, ...), so the words that matched "
                                "are not its ideas")
@@ -1165,6 +1167,12 @@ def _review_reasons(rb: Rubric, t: _Tally, score: float, concept_score: float,
         # and taken back; which of them the learner holds, only a person can tell
         reasons.append(f"a sentence disowns what the answer states ({_quote(disowned, 80)}): the "
                        "ideas found may not be the learner's")
+    if t.topicless:
+        # one loose word is no idea, but two or more of the question's ideas in an answer that
+        # avoids the topic's words may be the learner's own wording (a metaphor): the zero is
+        # not one the grader can stand behind
+        reasons.append(f"{len(t.found)} of the question's ideas matched in an answer that never "
+                       "names its topic: own wording, or loose words? (scored 0 until read)")
     if lo < score < hi:
         reasons.append(f"score {score:.2f} is in the review band {lo:g}-{hi:g}")
     if score <= lo and not t.wrong and not t.denied and long_on_topic:
