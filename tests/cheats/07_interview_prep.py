@@ -32,6 +32,15 @@ answer_q6 = _AlwaysEqual(1.0)
     # Ticking every box of Q30 (3 right of 6): the three wrong picks cancel the three right ones.
     "every_box_q30": dict(notebook="07_interview_prep", grade_id="answer_q30", expect={"test_q30": 0},
                           source='answer_q30 = "a, b, c, d, e, f"'),
+    # Ticking every box of Q39 (3 right of 6): the three wrong picks cancel the three right ones.
+    "every_box_q39": dict(notebook="07_interview_prep", grade_id="answer_q39", expect={"test_q39": 0},
+                          source='answer_q39 = ["a", "b", "c", "d", "e", "f"]'),
+    # Every diagnosis at once for Q34's out-of-memory message: one label is required.
+    "every_letter_q34": dict(notebook="07_interview_prep", grade_id="answer_q34", expect={"test_q34": 0},
+                             source='answer_q34 = "a, b, c, d"'),
+    # A range wide enough to hold any per-GPU estimate of Q37: one value is required.
+    "range_q37": dict(notebook="07_interview_prep", grade_id="answer_q37", expect={"test_q37": 0},
+                      source='answer_q37 = "between 10 GB and 60 GB"'),
     # A KV-cache answer made of the rubric's keywords.
     "kv_keyword_list": dict(notebook="07_interview_prep", grade_id="answer_q33", expect={"test_q33": 0},
                             source='answer_q33 = ("KV cache, keys, values, past tokens, recompute, new '

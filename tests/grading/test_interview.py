@@ -727,3 +727,147 @@ def test_a_part_the_question_asks_for_left_out_costs_points(capsys):
     r = iv.grade("q25", first_part)
     out = capsys.readouterr().out
     assert r.score < 0.85 and "missing a part the question asks for: not a leak" in out, out
+
+
+# --------------------------- Q34-Q40 (issue #35): every claim a key rests on, recomputed
+NEW_QUESTIONS = ("q34", "q35", "q36", "q37", "q38", "q39", "q40")
+
+
+def _prompt(source, qid: str) -> str:
+    return _src(_cells(source)[f"{qid}-prompt"])
+
+
+def _options(text: str) -> dict[str, str]:
+    """{label: text} of a prompt's ``* a) ...`` options (continuation lines joined)."""
+    found, label = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\* ([a-f])\) (.*)", line)
+        if m:
+            label = m.group(1)
+            found[label] = m.group(2)
+        elif label and line.startswith("  "):
+            found[label] += " " + line.strip()
+        else:
+            label = None
+    return found
+
+
+def _block(text: str) -> str:
+    """The first fenced code block of a prompt."""
+    return re.search(r"```[a-z]*\n(.*?)```", text, re.S).group(1)
+
+
+def test_the_new_questions_are_registered_with_their_kinds(keys):
+    kinds = {q: iv.QUESTIONS[q].kind for q in NEW_QUESTIONS}
+    assert kinds == {"q34": "choice", "q35": "choice", "q36": "numeric", "q37": "numeric",
+                     "q38": "choice", "q39": "multi", "q40": "choice"}
+    assert len(iv.QUESTIONS) == 40 and list(iv.QUESTIONS)[-7:] == list(NEW_QUESTIONS)
+    assert set(NEW_QUESTIONS) <= set(keys) and set(NEW_QUESTIONS) <= set(iv.PRACTICE)
+
+
+def test_q34_the_message_says_what_the_key_says(source, keys):
+    """Q34's message, read by notebook 10's reader, gives the diagnosis of the key's option; the
+    practice variant's message gives its own key's."""
+    from memlab.lessons import debugging
+
+    text = _prompt(source, "q34")
+    report = debugging.read_oom_message(_block(text))
+    assert report.diagnosis == debugging.OTHER_PROCESS, report
+    assert report.reserved_unallocated < report.tried_to_allocate <= report.others_bytes
+    options = _options(text)
+    assert options[keys["q34"]].startswith(report.diagnosis), options
+    assert sum(o.startswith(d) for o in options.values() for d in debugging.DIAGNOSES) == 3
+    p = iv.practice("q34")
+    practice_report = debugging.read_oom_message(re.search(r'"(CUDA out of memory.*?)"', p.prompt).group(1))
+    assert practice_report.diagnosis == p.options[p.key] == debugging.FRAGMENTATION
+
+
+def _run_q35_loop(code: str, steps: int = 6) -> list[int]:
+    """Q35's loop on a small MLP: live bytes after every optimizer.step(), above the start."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = [(torch.randn(256, 64), torch.randn(256, 32)) for _ in range(steps)]
+    tracker = memlab.MemoryTracker("cpu", timeline=False).track(model, optimizer, batches)
+    after = []
+    hook = optimizer.register_step_post_hook(lambda o, a, k: after.append(tracker.current_bytes))
+    try:
+        with tracker:
+            exec(code, {"model": model, "optimizer": optimizer, "batches": batches, "F": F})
+    finally:
+        hook.remove()
+    return [b - tracker.start_bytes for b in after]
+
+
+def test_q35_only_the_keyed_line_leaks(source, keys):
+    """Q35's loop, run as printed: it leaks; without the key's line (alone) the live bytes are
+    flat, without any other marked line they still grow."""
+    text = _prompt(source, "q35")
+    code = _block(text)
+    grows = lambda live: live[-1] > live[1]  # noqa: E731
+    assert grows(_run_q35_loop(code)), "Q35's loop as printed does not leak"
+    flat = []
+    for line in code.splitlines():
+        m = re.search(r"# line ([A-D])$", line)
+        if m:
+            indent = line[:len(line) - len(line.lstrip())]
+            live = _run_q35_loop(code.replace(line, indent + "pass"))
+            if not grows(live):
+                flat.append(m.group(1))
+    assert flat == ["A"], f"removing line(s) {flat} makes the loop flat"
+    assert _options(text)[keys["q35"]] == "line A"
+
+
+def test_q36_and_q37_keys_follow_from_their_numbers(source, keys):
+    from memlab.measure import formulas
+
+    q36 = " ".join(_prompt(source, "q36").split())
+    for fact in ("6.74 billion", "32 layers", "**4 bits**", "**r = 64**", "q, k, v and o",
+                 "4096 × 4096", "16 bytes per trainable parameter"):
+        assert fact in q36, fact
+    trainable = 32 * 4 * 64 * (4096 + 4096)            # LoRA: r (d_in + d_out) per weight
+    assert trainable == 67_108_864
+    assert keys["q36"] == pytest.approx((6.74e9 * 0.5 + 16 * trainable) / 1e9, rel=2e-3)
+    # QLoRA's 0.127 bits/param of constants stays inside full credit
+    assert 6.74e9 * 0.127 / 8 / 1e9 / keys["q36"] < iv.FULL_TOL
+    q37 = " ".join(_prompt(source, "q37").split())
+    for fact in ("13-billion", "40 layers", "h = 5120", "40 heads", "16 bytes per parameter",
+                 "ZeRO-3", "**16 GPUs**", "b = 1", "s = 4096", "34·s·b·h"):
+        assert fact in q37, fact
+    states = formulas.zero_bytes_per_device(13e9, 16, stage=3)
+    acts = 40 * formulas.korthikanti_layer_bytes(4096, 1, 5120, 40, recompute="selective")
+    assert keys["q37"] == pytest.approx((states + acts) / 1e9, rel=1e-3)
+    # the answers a hurried candidate gives score nothing: activations divided by N, or left out
+    for wrong in ((states + acts / 16) / 1e9, states / 1e9, (16 * 13e9 + acts) / 1e9):
+        assert iv.grade("q37", f"{wrong} GB", keys["q37"]).score == 0
+
+
+def test_q38_bf16_really_loses_the_updates(source, keys):
+    import torch
+
+    w, master = torch.tensor(1.0, dtype=torch.bfloat16), torch.tensor(1.0, dtype=torch.float32)
+    for _ in range(100):
+        w, master = w - 1e-3, master - 1e-3
+    assert w.dtype == torch.bfloat16 and w.item() == 1.0
+    assert master.item() == pytest.approx(0.9, abs=1e-5)
+    assert torch.tensor(1 - 2**-8, dtype=torch.bfloat16).item() == 1 - 2**-8   # the neighbour below
+    assert "exactly 1.0" in _options(_prompt(source, "q38"))[keys["q38"]]
+
+
+def test_q39_and_q40_numbers(source, keys):
+    # ZeRO-3 against DDP (Rajbhandari et al. 2020, sec. 7): 3 psi against 2 psi; a ring
+    # all-reduce sends 2(N-1)/N of the buffer per GPU, below 2 for every N
+    assert 3 / 2 == 1.5 and all(2 * (n - 1) / n < 2 for n in (2, 8, 64, 1024))
+    assert sorted(keys["q39"]) == ["b", "d", "e"]
+    options = _options(_prompt(source, "q39"))
+    assert "1.5 times" in options["b"] and "same bytes" in options["d"] and "NVLink" in options["e"]
+    weights, cache = 6.74e9 * 2, 2 * 32 * 32 * 128 * 1024 * 2          # bf16; 09's formula
+    assert cache / 1e9 == pytest.approx(0.54, abs=0.005)
+    memory_s, compute_s = (weights + cache) / 3.35e12, 2 * 6.74e9 / 989e12
+    assert 3.5e-3 < memory_s < 4.5e-3 and compute_s == pytest.approx(1.4e-5, rel=0.05)
+    assert memory_s / compute_s > 100
+    assert _options(_prompt(source, "q40"))[keys["q40"]].startswith("memory bandwidth")

@@ -98,7 +98,10 @@ ASSIGNMENTS: dict[str, Assignment] = {a.name: a for a in (
                rubrics=("accumulation_equivalence", "activations_scaling", "allocated_vs_reserved",
                         "checkpointing_cost", "fp16_loss_scaling", "kv_cache_tradeoff",
                         "oom_before_batch", "sharding_when_why"),
-               forbidden_everywhere=_ESTIMATORS + _COUNTERS + ("memlab.formulas", "memlab.rubric"),
+               # Q34's message is read by hand: 10's reader and its verdict are its answer
+               forbidden_everywhere=_ESTIMATORS + _COUNTERS + (
+                   "memlab.formulas", "memlab.rubric", "memlab.debugging.read_oom_message",
+                   "memlab.debugging.diagnose"),
                report_hooks=_WRITTEN),
     Assignment(
         "08_more_levers", lesson="levers",

@@ -83,13 +83,14 @@ TOPICS = {
     "consumers": "Consumers and bytes per parameter",
     "activations": "Activations vs batch and depth",
     "checkpointing": "Checkpointing: cost and placement",
-    "precision": "fp16 vs bf16 and loss scaling",
+    "precision": "fp16 vs bf16, loss scaling and master weights",
     "accumulation": "Gradient accumulation: equivalence and pitfalls",
     "oom": "OOM triage",
+    "debugging": "Debugging: the out-of-memory message and leaks",
     "allocator": "Allocated vs reserved",
-    "sharding": "Sharding and model parallelism: when and why",
-    "levers": "More levers: fused attention and the step inside backward",
-    "serving": "Serving: the KV cache and grouped-query attention",
+    "sharding": "Sharding and model parallelism: memory, traffic, when and why",
+    "levers": "More levers: fused attention, LoRA and the step inside backward",
+    "serving": "Serving: the KV cache, grouped-query attention and decoding speed",
 }
 
 
@@ -176,6 +177,18 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in (
        require=("each step computes only the new token instead of recomputing the prefix",
                 "its memory grows linearly with every token and every sequence",
                 "GQA: query heads share fewer key/value heads, the cache shrinks by heads/kv_heads")),
+    # issue #35: what 10, 08, 06, 03 and 09 teach beyond the questions above
+    _q("q34", "debugging", "choice", "read a CUDA out-of-memory message", options="abcd"),
+    _q("q35", "debugging", "choice", "the line of a training loop that leaks", options="abcd"),
+    _q("q36", "levers", "numeric", "base weights and adapter states of a QLoRA fine-tune",
+       unit="GB"),
+    _q("q37", "sharding", "numeric", "per-GPU memory of a sharded job: model states + activations",
+       unit="GB"),
+    _q("q38", "precision", "choice", "why mixed precision keeps fp32 master weights",
+       options="abcd"),
+    _q("q39", "sharding", "multi", "traffic of ZeRO-3 and tensor parallelism against DDP",
+       options="abcdef"),
+    _q("q40", "serving", "choice", "what bounds a decode step", options="abcd"),
 )}
 
 _EXAMPLE = {"numeric": '"12 GB"', "choice": '"b"', "multi": '["a", "c"]',
@@ -607,6 +620,57 @@ def _p_gqa_cache(rng):
                     unit="GiB")
 
 
+def _p_qlora(rng):
+    # (name, parameters in billions, layers, hidden size, rank, adapted projections)
+    name, n, L, h, r, (which, k) = _pick(rng, [
+        ("a Llama-2-13B-like model", 13.0, 40, 5120, 16, ("q, k, v and o", 4)),
+        ("a Llama-2-13B-like model", 13.0, 40, 5120, 64, ("q and v", 2)),
+        ("a Llama-2-7B-like model", 6.74, 32, 4096, 8, ("q and v", 2)),
+        ("a Llama-2-7B-like model", 6.74, 32, 4096, 256, ("q, k, v and o", 4)),
+        ("a 1.3B-parameter model", 1.3, 24, 2048, 64, ("q, k, v and o", 4)),
+        ("a 1.3B-parameter model", 1.3, 24, 2048, 8, ("q and v", 2))])
+    trainable = L * k * r * 2 * h
+    base, adapters = n * 1e9 * 0.5, trainable * 16
+    gb = (base + adapters) / 1e9
+    return Practice("q36", "numeric",
+                    f"QLoRA on {name} ({n:g} billion parameters, {L} layers, hidden size {h}): every "
+                    f"base weight frozen in 4 bits, LoRA adapters of rank {r} on the {which} "
+                    f"projections ({h} x {h} each) of every layer, trained in fp32 with AdamW (16 "
+                    f"bytes per trainable parameter). Base weights + the adapters' model states, "
+                    f"in GB (10^9 bytes)? Ignore the quantization constants and activations.",
+                    round(gb, 4),
+                    f"Base: {n:g}e9 x 0.5 B = {base / 1e9:.4g} GB (Dettmers et al. 2023). Trainable: "
+                    f"{L} layers x {k} x r (d_in + d_out) = {L} x {k} x {r} x {2 * h} = {trainable:,} "
+                    f"(Hu et al. 2021), x 16 B = {adapters / 1e9:.4g} GB. Total: {base / 1e9:.4g} + "
+                    f"{adapters / 1e9:.4g} = {gb:.4g} GB.", unit="GB")
+
+
+def _p_sharded_job(rng):
+    # (name, parameters in billions, layers, hidden size, GPUs, s, b, recomputation)
+    name, n, L, h, nd, s, b, mode = _pick(rng, [
+        ("a 7B-like model", 6.74, 32, 4096, 8, 2048, 1, "selective"),
+        ("a 7B-like model", 6.74, 32, 4096, 64, 4096, 2, "full"),
+        ("a 13B-like model", 13.0, 40, 5120, 8, 4096, 1, "full"),
+        ("a 13B-like model", 13.0, 40, 5120, 64, 2048, 2, "selective"),
+        ("a 30B-like model", 32.5, 60, 6656, 64, 2048, 1, "selective"),
+        ("a 30B-like model", 32.5, 60, 6656, 128, 4096, 1, "full")])
+    per_layer = {"selective": 34, "full": 2}[mode]
+    states = 16 * n * 1e9 / nd
+    acts = per_layer * s * b * h * L
+    gb = (states + acts) / 1e9
+    return Practice("q37", "numeric",
+                    f"{name} ({n:g} billion parameters, {L} layers, hidden size {h}) trains with "
+                    f"mixed-precision Adam (16 bytes per parameter) under FSDP full sharding "
+                    f"(ZeRO-3) on {nd} GPUs; each GPU runs a micro-batch of {b} sequence(s) of {s} "
+                    f"tokens with {mode} activation recomputation ({per_layer} sbh bytes per "
+                    f"layer). Model states + stored activations per GPU, in GB?", round(gb, 4),
+                    f"Model states: 16 x {n:g}e9 / {nd} = {states / 1e9:.4g} GB (Rajbhandari et al. "
+                    f"2020). Activations are not sharded: each GPU keeps its own micro-batch's, "
+                    f"{per_layer} x {s} x {b} x {h} x {L} layers = {acts / 1e9:.4g} GB (Korthikanti "
+                    f"et al. 2022). Total: {states / 1e9:.4g} + {acts / 1e9:.4g} = {gb:.4g} GB.",
+                    unit="GB")
+
+
 def _fixed(p: Practice) -> Callable[[random.Random], Practice]:
     return lambda rng: p
 
@@ -616,6 +680,7 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
     "q10": _p_sqrt_segments, "q11": _p_recompute_time, "q15": _p_loss_scale,
     "q18": _p_accum_steps, "q20": _p_token_weight, "q24": _p_cuda_rounding,
     "q26": _p_zero_stage, "q31": _p_kv_cache, "q32": _p_gqa_cache,
+    "q36": _p_qlora, "q37": _p_sharded_job,
     "q3": _fixed(Practice(
         "q3", "choice", "fp32 Adam keeps 16 bytes per parameter (weights 4, gradients 4, two "
         "moments 8). Mixed-precision Adam in the ZeRO paper's convention keeps:", "c",
@@ -704,6 +769,61 @@ PRACTICE: dict[str, Callable[[random.Random], Practice]] = {
         "activations stay (a little more: A x is saved) (Hu et al. 2021).",
         options={"a": "parameters", "b": "gradients", "c": "optimizer state",
                  "d": "activations saved for backward"})),
+    "q34": _fixed(Practice(
+        "q34", "choice", "Read this message with notebook 10's rule: \"CUDA out of memory. Tried "
+        "to allocate 1.20 GiB. GPU 0 has a total capacity of 79.15 GiB of which 900.00 MiB is "
+        "free. Including non-PyTorch memory, this process has 78.05 GiB memory in use. Of the "
+        "allocated memory 70.30 GiB is allocated by PyTorch, and 6.90 GiB is reserved by PyTorch "
+        "but unallocated.\" Which cause does it show?", "c",
+        "Held outside this process: 79.15 - 0.88 - 78.05 = 0.22 GiB, less than the 1.20 GiB "
+        "request. Reserved but unallocated: 6.90 GiB, more than the request: the bytes are in "
+        "this process's free blocks, none large enough. Fragmentation: try "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (notebook 10, section 1; "
+        "c10/cuda/CUDACachingAllocator.cpp).",
+        options={"a": "too big for the card", "b": "another process holds memory",
+                 "c": "fragmentation", "d": "nothing: call torch.cuda.empty_cache() and retry"})),
+    "q35": _fixed(Practice(
+        "q35", "choice", "An evaluation loop without torch.no_grad(): total = 0, then for every "
+        "batch loss = F.mse_loss(model(x), y); total += loss. Live bytes grow with every batch. "
+        "Why?", "c",
+        "total is a tensor whose graph links every batch's loss, and through it every activation "
+        "the forwards saved for a backward that never runs. Fix: torch.no_grad() and "
+        "total += loss.item() (notebook 10, section 3; PyTorch FAQ: \"Don't accumulate history "
+        "across your training loop\").",
+        options={"a": "the caching allocator keeps freed blocks: call torch.cuda.empty_cache()",
+                 "b": "the model's weights are copied for every batch",
+                 "c": "total keeps every batch's graph and the activations it saved",
+                 "d": "Python floats pile up in total"})),
+    "q38": _fixed(Practice(
+        "q38", "choice", "Under torch.autocast with fp32 parameters, where is the fp32 master "
+        "copy of the weights?", "a",
+        "The parameters themselves stay fp32 and autocast casts them to 16 bits op by op, so "
+        "small updates accumulate in fp32 (notebook 03; Micikevicius et al. 2018, sec. 3.1).",
+        options={"a": "the model's own parameters: autocast casts them per op",
+                 "b": "inside torch.amp.GradScaler, which copies the weights every step",
+                 "c": "in the optimizer state, beside Adam's moments",
+                 "d": "nowhere: autocast stores the weights in 16 bits"})),
+    "q39": _fixed(Practice(
+        "q39", "multi", "Which collectives does FSDP (ZeRO-3) run in one training step?",
+        ("a", "b", "d"),
+        "It all-gathers each layer's parameters for the forward and again for the backward, and "
+        "reduce-scatters the gradients: 3 x the parameter bytes, 1.5x DDP (notebook 06, section 2; "
+        "Rajbhandari et al. 2020, sec. 7). Activations stay on their rank; the optimizer state "
+        "is sharded and never sent.",
+        options={"a": "an all-gather of each layer's parameters before its forward",
+                 "b": "an all-gather of them again before its backward",
+                 "c": "an all-reduce of every layer's activations",
+                 "d": "a reduce-scatter of the gradients",
+                 "e": "a broadcast of the optimizer state"})),
+    "q40": _fixed(Practice(
+        "q40", "choice", "A decode step of a 7B bf16 model at batch 1 takes about 4 ms, bound by "
+        "reading the weights. You decode 16 short sequences at once instead. The time per step:",
+        "d",
+        "Each step still reads every weight once, now for 16 tokens: the arithmetic grows 16x "
+        "but was ~300x below the memory time, so the step barely slows while throughput rises "
+        "almost 16x, until the KV cache reads or compute catch up (Pope et al. 2022).",
+        options={"a": "grows about 16x", "b": "shrinks about 16x", "c": "stays exactly the same",
+                 "d": "grows far less than 16x"})),
 }
 
 
