@@ -129,6 +129,40 @@ def test_judged_cells_call_the_learner_through_the_channel(tmp_path, sandboxed):
     assert all(v.why.startswith("judged outside") for v in found.values() if v.why)
 
 
+
+def _judges_of(workdir: Path) -> list[int]:
+    """The pids of judge processes started for ``workdir``."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--folder" in argv and str(workdir).encode() in argv and any(
+                b"security.judge" in a for a in argv):
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_rerun_that_never_starts_leaves_no_judge_behind(tmp_path):
+    """No warm process left for the re-run (``launch`` gives None): the judge, already started
+    and waiting for a worker that will never call it, is stopped with the job, not left until
+    its wall clock runs out."""
+    cells = [SETUP, _answer("scaled", "def scaled(x):\n    return x * SCALE\n"),
+             _test("t_plain", "assert scaled(2) == 6")]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = cells
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    nbformat.write(nb, str(sub / "n.ipynb"))
+    trusted = {c.metadata["nbgrader"]["grade_id"]: c.source for c in cells
+               if c.metadata["nbgrader"].get("locked")}
+    found, problem = verdict.rerun(sub / "n.ipynb", sub, tmp_path / "work", trusted,
+                                   {"t_plain": 1.0}, sandboxed=False, wall_seconds=300,
+                                   launch=lambda *a, **k: None, judged={"t_plain": ("scaled",)})
+    assert found == {} and "did not start" in problem, (found, problem)
+    assert _judges_of(tmp_path / "work") == [], "the judge outlived its re-run"
+
 def test_the_learner_process_cannot_reach_the_judged_verdict(tmp_path):
     """Learner code that patches the re-run's own scoring (what the static audit refuses, run
     here as if the audit had missed it) forges the cells decided beside it, not the judged ones,

@@ -157,6 +157,8 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
         taken = _run_warm(launch, workdir, env, log_path, t0 + wall_seconds,
                           memory_mb, cell_timeout)
         if taken is None:
+            if judging is not None:  # nothing will ever call it: it must not outlive the job
+                judging.stop()
             return {}, "the re-run did not start (no warm process was left for it)"
         proc, raw = taken
     else:
@@ -274,7 +276,7 @@ class _Judge:
         self.raw = b""
         self.ready = self._first_line(time.monotonic() + min(120.0, wall_seconds))
         if not self.ready:
-            self._stop()
+            self.stop()
             for name in judge.FIFOS:
                 (workdir / name).unlink(missing_ok=True)
 
@@ -294,11 +296,12 @@ class _Judge:
         # the worker is done: the judge has at most its report left to write
         self.raw += _read_until(self.fd, min(self.deadline, time.monotonic() + 15), self.proc)
         self.fd = -1
-        self._stop()
+        self.stop()
         found, problem = parse(self.raw, self.cells, points, self.key)
         return found, (f"the judge: {problem}" if problem else "")
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
+        """Kill the judge (if it still runs) and close its report pipe."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
