@@ -235,7 +235,9 @@ def test_grade_job_times_out_and_reports(tmp_path, monkeypatch):
     (tmp_path / "slowcheck.py").write_text("import time\n\ndef check(job, dest, release):\n"
                                            "    time.sleep(120)\n    return {}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    course = {"notebooks": [A], "max_scores": {A: {}}, "gradebook": b"",
+    # a bundle of this assignment's (the job refuses another's at once, which, before the child
+    # imported nbgrader lazily, happened to take longer than the limit)
+    course = {"assignment": A, "notebooks": [A], "max_scores": {A: {}}, "gradebook": b"",
               "config": (ROOT / "autograder" / "nbgrader_config.py").read_text(),
               "release": {}, "data": {}, "fingerprint": "x"}
     settings = {"cell_timeout": 5, "submission_timeout": 2, "memory_mb": 0, "threads": 1, "warm": False,
