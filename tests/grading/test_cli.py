@@ -24,3 +24,18 @@ def test_an_unknown_command_fails_with_usage():
     proc = subprocess.run([sys.executable, "-m", "memlab.autograde", "grade-everything"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_plain_autograde_says_it_runs_learner_code_unprotected(tmp_path):
+    """`autograde` is nbgrader's own (issue #30): it says so at every run, before anything runs,
+    and in its help; the protections are grade-class's."""
+    proc = subprocess.run([sys.executable, "-m", "memlab.autograde", "--config",
+                           str(tmp_path / "missing.py"), "autograde", "00_setup"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "nbgrader config not found" in proc.stderr, proc.stderr
+    assert proc.stderr.index("WARNING: `autograde` is nbgrader's plain autograde") < (
+        proc.stderr.index("nbgrader config not found")), proc.stderr
+    assert "grade-class" in proc.stderr
+    helped = subprocess.run([sys.executable, "-m", "memlab.autograde", "--help"],
+                            capture_output=True, text=True, timeout=120).stdout
+    assert "UNSANDBOXED" in helped, helped

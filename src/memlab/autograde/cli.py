@@ -60,8 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("release", help="regenerate notebooks/ from solutions/")
     p.add_argument("assignments", nargs="*")
-    for name in ("autograde", "feedback"):
-        p = sub.add_parser(name, help=f"{name} submissions in autograder/work/")
+    for name, why in (("autograde", " with nbgrader's plain autograde: UNSANDBOXED, no audit, "
+                                    "no re-run (grade students with grade-class)"),
+                      ("feedback", "")):
+        p = sub.add_parser(name, help=f"{name} submissions in autograder/work/{why}")
         p.add_argument("assignment")
         p.add_argument("--student", action="append", default=None)
     p = sub.add_parser("export", help="export grades as CSV")
@@ -141,12 +143,20 @@ def _add_grade_class(sub) -> None:
                         "learner's kernel, memlab.autograde.security.verdict)")
 
 
+# `autograde` is nbgrader's own: said at every run, not only in the README (issue #30)
+PLAIN_AUTOGRADE = ("WARNING: `autograde` is nbgrader's plain autograde: learner code runs in an "
+                   "ordinary kernel with your rights (no sandbox, no static audit, no re-run of "
+                   "the tests outside the learner's kernel). Use it on notebooks you trust; "
+                   "grade students with `grade-class` (autograder/README.md, Security).")
+
+
 def _run(args) -> int:
     """The command ``args`` names; its exit status."""
     if args.command == "release":
         for path in release(args.assignments, args.config):
             print(f"released {path}")
     elif args.command == "autograde":
+        print(PLAIN_AUTOGRADE, file=sys.stderr)
         for student in autograde(args.assignment, args.student, args.config):
             print(f"autograded {args.assignment} for {student}")
     elif args.command == "feedback":
