@@ -353,4 +353,4 @@ def test_every_mutant_passes_the_audit_unflagged():
             n += 1
             if found:
                 flagged.append(f"{assignment} {m.id}: {found}")
-    assert n >= 300 and not flagged, f"{len(flagged)} of {n} mutants flagged:\n" + "\n".join(flagged)
+    assert n >= 250 and not flagged, f"{len(flagged)} of {n} mutants flagged:\n" + "\n".join(flagged)

@@ -137,13 +137,6 @@ MUTANTS = [
     ),
     # blind round r3 (issue 33, 2026-12-03): written from the release notebook and the answer
     # cells alone, never the hidden tests; graded once before any fix
-    Mutant(id='accum_smallest_micro_first', cell='configure_job',
-           find='for m in range(E - 1, 0, -1) if E % m == 0]',
-           replace='for m in range(1, E) if E % m == 0]',
-           lose=('test_configure_hidden',),
-           says='largest micro-batch that fits', klass=0,
-           why=('blind r3, plain: loops over micro-batches in increasing order, so the first'
-                ' that fits is the smallest')),
     Mutant(id='accum_only_half_batch', cell='configure_job',
            find='for m in range(E - 1, 0, -1) if E % m == 0]',
            replace='for m in [E // 2]]',
@@ -305,16 +298,6 @@ MUTANTS = [
         why="blind r5: Off-by-one on range's exclusive stop when counting down.",
     ),
     Mutant(
-        id='b5_job_float_accum_steps',
-        cell='configure_job',
-        find='accumulation_steps=E // m)',
-        replace='accumulation_steps=E / m)',
-        lose=('test_configure_hidden', 'test_configure_tight'),
-        says='must be a positive int',
-        klass=0,
-        why='blind r5: True division by habit; JobConfig wants plain ints.',
-    ),
-    Mutant(
         id='b5_oom_answer_batch_anytime',
         cell='oom_answer',
         find=(
@@ -355,7 +338,8 @@ MUTANTS = [
     ),
     # blind round r7 (#33): 36 mutants over 01-06 and 08-10 written by a helper from the
     # release notebooks and the answer cells alone, never the hidden tests; graded once
-    # before any fix (31/36 caught), then the five missed classes fixed
+    # before any fix (31/36 caught), then the five missed classes fixed; the 5 that were the
+    # same edit as an earlier mutant are kept once, under the earlier id
     Mutant(
         id='r7_cfg_smallest_micro_first',
         cell='configure_job',

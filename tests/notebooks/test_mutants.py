@@ -214,3 +214,17 @@ def test_mutant_is_caught(corpus_grades, assignment, mutant, record_property):
         f"mutant {mutant.id} ({mutant.why}) loses points in {list(mutant.lose)} but none of their outputs "
         f"says {mutant.says!r}; they say:\n"
         + "\n".join(f"--- {gid}\n{outputs.get(gid, '')[-1200:]}" for gid in mutant.lose))
+
+
+def test_no_two_mutants_are_the_same_edit():
+    """A blind round often finds a mistake the corpus already has: it is kept once, under the
+    earlier id (a second copy grades the same submission again and proves nothing new)."""
+    seen: dict[tuple, str] = {}
+    twice = []
+    for assignment, corpus in CORPUS.items():
+        for m in corpus:
+            key = (assignment, m.cell, m.find, m.replace)
+            if key in seen:
+                twice.append(f"{assignment}: {m.id} is {seen[key]}")
+            seen.setdefault(key, m.id)
+    assert not twice, "\n".join(twice)
