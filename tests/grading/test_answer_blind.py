@@ -246,7 +246,7 @@ def test_a_kv_cache_is_not_the_caching_allocator():
     ("checkpointing_cost", "Checkpointing divides the gradients by the number of segments.",
      "says gradient checkpointing shrinks"),
     ("sharding_when_why", "Data parallelism with plain DDP on 4 GPUs leaves each GPU a quarter "
-                          "of the Adam moments.", "says DDP gives each GPU a fraction"),
+                          "of the Adam moments.", "says plain data parallelism (DDP) splits"),
 ])
 def test_a_technique_said_to_do_what_it_does_not_is_a_misconception(rubric, claim, misconception):
     report = grade_text(claim, rubric).report()

@@ -1606,10 +1606,17 @@ DIRECTIONS = (
          rf"(?:plain|vanilla|standard|ordinary) data parallel\w*) {G(3, avoid=('by', 'with'))}"
          rf"(?:split|shard|partition|divid|distribut)\w* {G(3)}(?:{_STATES}|{_MSX_LIST})",
          rf"(?:ddp|distributeddataparallel) {G(3)}(?:split|shard|partition|divid)\w* "
-         rf"{G(3)}by (?:the number of )?{_GPUS}"),
+         rf"{G(3)}by (?:the number of )?{_GPUS}",
+         # "plain DDP over 8 GPUs ..., since each GPU then stores only an eighth of them": a share
+         # per GPU said of DDP (of the batch it is true, so the batch's words end the claim)
+         r"(?:ddp|distributed data parallel|plain data parallel\w*) (?:(?!(?:not|no|never|unlike|"
+         r"whereas|while|but|instead|zero\S*|stage|fsdp\S*|shard\w*|batch\w*|data|activations?|"
+         r"inputs?|samples?|examples?|tokens?|micro\S*) )[^ ]+ ){0,25}(?:only )?(?:an? |one )?"
+         r"(?:eighth|quarter|fourth|fraction|1 ?/ ?(?:n|8|4|k))\b(?! of (?:the |its |each )?"
+         r"(?:global |total |whole |full )?(?:batch|data|samples|examples|inputs|tokens))"),
         "DDP keeps a full copy of the weights, gradients and optimizer state on every GPU; "
         "only ZeRO/FSDP divides them",
-        ("sharding_when_why", "oom_before_batch", "bytes_conventions")),
+        ("sharding_when_why", "oom_before_batch", "bytes_conventions", "peak_moves")),
     Direction(
         "says a memory that grows linearly grows quadratically",
         (rf"(?:kv cache|the cache|cache memory|cache size|cache s memory) {G(4)}"
@@ -1715,18 +1722,6 @@ RUBRICS_USING_EFFECTS = ("oom_before_batch", "checkpointing_cost", "fp16_loss_sc
                          "peak_moves", "bytes_conventions")
 DIRECTIONS += tuple(_effect_direction(name) for name in _TECHNIQUES)
 DIRECTIONS += (
-    Direction(
-        "says DDP gives each GPU a fraction of the model states",
-        # "plain DDP over 8 GPUs ..., since each GPU then stores only an eighth of them": a share
-        # per GPU said of DDP (of the batch it is true, so the batch's words end the claim)
-        (r"(?:ddp|distributed data parallel|plain data parallel\w*) (?:(?!(?:not|no|never|unlike|"
-         r"whereas|while|but|instead|zero\S*|stage|fsdp\S*|shard\w*|batch\w*|data|activations?|"
-         r"inputs?|samples?|examples?|tokens?|micro\S*) )[^ ]+ ){0,25}(?:only )?(?:an? |one )?"
-         r"(?:eighth|quarter|fourth|fraction|1 ?/ ?(?:n|8|4|k))\b(?! of (?:the |its |each )?"
-         r"(?:global |total |whole |full )?(?:batch|data|samples|examples|inputs|tokens))",),
-        "DDP replicates the model: every GPU keeps all parameters, gradients and optimizer state; "
-        "a share per GPU is what ZeRO and FSDP add (DDP splits only the batch)",
-        ("sharding_when_why", "bytes_conventions", "oom_before_batch", "peak_moves")),
     Direction(
         "says loss scaling acts on the forward pass or the activations",
         # the scaler multiplies the loss (so the backward's gradients); the forward runs as it was
