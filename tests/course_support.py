@@ -46,6 +46,19 @@ def memlab_namespaces_restored() -> Iterator[None]:
                 mod.__dict__.update(namespace)
 
 
+
+def pids_with_arg(text: str) -> list[int]:
+    """Processes whose command line mentions ``text``, this one left out (Linux /proc; empty
+    elsewhere): what a test must find dead once the job that started them is over."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in entry.joinpath("cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return [p for p in pids if p != os.getpid()]
+
 def nbgrader_meta(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
 

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 import torch
 
+from course_support import pids_with_arg  # tests/
 from memlab.autograde.security import bwrap as sandbox
 from memlab.autograde.security import channel, judge, verdict
 from memlab.autograde.security import landlock as confine
@@ -132,16 +133,7 @@ def test_judged_cells_call_the_learner_through_the_channel(tmp_path, sandboxed):
 
 def _judges_of(workdir: Path) -> list[int]:
     """The pids of judge processes started for ``workdir``."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--folder" in argv and str(workdir).encode() in argv and any(
-                b"security.judge" in a for a in argv):
-            pids.append(int(entry.name))
-    return pids
+    return sorted(set(pids_with_arg("security.judge")) & set(pids_with_arg(str(workdir))))
 
 
 def test_a_rerun_that_never_starts_leaves_no_judge_behind(tmp_path):

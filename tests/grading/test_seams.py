@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_support import make_course, with_answer
+from course_support import make_course, pids_with_arg, with_answer
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 from memlab.autograde.batch.runner import sandbox_mode
 from memlab.autograde.security import bwrap, landlock
@@ -213,18 +213,6 @@ print("the last word", file=sys.stderr)
 """
 
 
-def _marked(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
@@ -283,7 +271,7 @@ def graded(request, course, tmp_path_factory):
             settings=settings,
             progress=False,
         )
-        alive = _marked(marker)
+        alive = pids_with_arg(marker)
     finally:
         server.close()
     yield {
@@ -296,7 +284,7 @@ def graded(request, course, tmp_path_factory):
         "marker": marker,
         "modes": modes,
     }
-    for pid in _marked(marker):  # never leave them behind, whatever the test found
+    for pid in pids_with_arg(marker):  # never leave them behind, whatever the test found
         try:
             os.kill(pid, 9)
         except OSError:

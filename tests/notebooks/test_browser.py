@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from course_support import frame_problems
+from course_support import frame_problems, pids_with_arg
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -196,24 +196,13 @@ class LabServer:
                 self.proc.wait(10)
             except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
                 pass
-        for pid in _pids_with_arg(str(self.runtime_dir)):
+        for pid in pids_with_arg(str(self.runtime_dir)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         self._log.close()
 
-
-def _pids_with_arg(text: str) -> list[int]:
-    """Processes whose command line mentions ``text`` (Linux /proc; empty elsewhere)."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if text in entry.joinpath("cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return [p for p in pids if p != os.getpid()]
 
 
 def _prompts(page) -> list[str]:
