@@ -327,4 +327,17 @@ MUTANTS = [
              'activations are kept and the peak is not lowered as asked; the visible test only '
              'uses one layer per segment.'),
     ),
+    # the 16-bit and device checks of ac42a82 (#33), each with the mistake it was written
+    # for: written with the checks, development data, not a blind figure
+    Mutant(
+        id="dt_ckpt_returns_fp32",
+        cell="checkpointed_sequential",
+        find="        return x\n",
+        replace="        return x.float()                # the loss is computed in fp32 anyway\n",
+        lose=("test_checkpointed_sequential_hidden",),
+        says="returned torch.float32",
+        klass=3,
+        why="upcasts the stack's output: right on an fp32 CPU model, a bf16 model on a GPU "
+            "returns (and saves for the loss) an fp32 copy of every output",
+    ),
 ]

@@ -373,4 +373,17 @@ MUTANTS = [
              'pop(0), so the epoch trains correctly but leaves the list empty for the next epoch '
              'or a reference run.'),
     ),
+    # the 16-bit and device checks of ac42a82 (#33), each with the mistake it was written
+    # for: written with the checks, development data, not a blind figure
+    Mutant(
+        id="dt_accum_input_fp32",
+        cell="accumulate_gradients",
+        find="        loss = loss_fn(model(x), y) * weight\n",
+        replace="        loss = loss_fn(model(x.float()), y) * weight\n",
+        lose=(_HIDDEN_1,),
+        says="made in fp32",
+        klass=3,
+        why="casts each micro-batch to fp32 'to be safe': a no-op for an fp32 model, a dtype "
+            "error for a bf16 model",
+    ),
 ]

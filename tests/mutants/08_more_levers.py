@@ -365,4 +365,17 @@ MUTANTS = [
              'raises for a frozen one (a hook needs requires_grad) and returns optimizers for '
              'untrained tensors; the visible model has no frozen layer.'),
     ),
+    # the 16-bit and device checks of ac42a82 (#33), each with the mistake it was written
+    # for: written with the checks, development data, not a blind figure
+    Mutant(
+        id="dt_fuse_optimizer_on_a_copy",
+        cell="fuse_optimizer_into_backward",
+        find="            optimizers[p] = make_optimizer([p])\n",
+        replace="            optimizers[p] = make_optimizer([p.float()])  # fp32 optimizer state\n",
+        lose=("test_fuse_optimizer_into_backward_hidden",),
+        says="give make_optimizer the parameter itself",
+        klass=3,
+        why="hands the optimizer p.float() for fp32 state: the parameter itself for an fp32 "
+            "model, a copy that is no leaf (never updated) for a bf16 one",
+    ),
 ]

@@ -252,4 +252,27 @@ MUTANTS = [
              'tensor (checkpoint folklore), so a frozen hidden starts receiving a gradient and '
              'extra gradient memory after the call; the visible hidden already requires grad.'),
     ),
+    # the 16-bit and device checks of ac42a82 (#33), each with the mistake it was written
+    # for: written with the checks, development data, not a blind figure
+    Mutant(
+        id="dt_ts_loss_through_numpy",
+        cell="train_steps",
+        find="        losses.append(loss.item())\n",
+        replace="        losses.append(float(loss.detach().cpu().numpy()))\n",
+        lose=("test_train_steps_hidden",),
+        says="numpy has no bf16",
+        klass=3,
+        why="reads the loss through numpy: fine in fp32, an error for a bf16 model's loss",
+    ),
+    Mutant(
+        id="dt_chunk_logits_in_bf16",
+        cell="chunked_lm_loss",
+        find="F.cross_entropy((h @ w.t()).float(), t,",
+        replace="F.cross_entropy(h @ w.t(), t,",
+        lose=("test_chunked_lm_loss_hidden",),
+        says="return it in fp32",
+        klass=3,
+        why="takes the cross-entropy of each chunk's logits in the inputs' dtype: exact in fp32, "
+            "a bf16 loss (and sums rounded to bf16) for a bf16 head",
+    ),
 ]
