@@ -245,6 +245,21 @@ def _rows(path: Path, key=("student", "assignment")) -> dict:
 
 
 @pytest.mark.slow
+def test_a_cell_that_never_ends_is_stopped_in_both_runs_at_once(graded):
+    """The kernel and the verdict re-run run the same cells side by side: whichever reaches the
+    per-cell limit first on the looping answer cell stops the other's copy of it at once
+    (memlab.autograde.batch.timeouts), and the reason says which, so a loop costs one limit of
+    CPU, not two. A loop that swallows the interrupt still ends at the limit."""
+    _, _, report, _ = graded
+    reason = report.by_submission[("infinite_loop", A)]["reason"]
+    assert ("tensor_bytes: per-cell timeout in the kernel first; the re-run's copy of the cell "
+            "was stopped at once" in reason
+            or "tensor_bytes: per-cell timeout in the re-run first; the kernel's copy of the cell "
+            "was interrupted at once" in reason), reason
+    assert report.by_submission[("swallow_interrupt", A)]["score"] == 0
+
+
+@pytest.mark.slow
 def test_every_submission_gets_its_score_and_a_reason(graded):
     _, _, report, _ = graded
     by = report.by_submission

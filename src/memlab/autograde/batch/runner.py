@@ -26,6 +26,7 @@ from typing import Any, Callable
 # "NEEDS MANUAL REVIEW:" (as memlab.grading.interview.bank's)
 from memlab.autograde.security.audit import REVIEW_PREFIX as REVIEW_MARKER
 from memlab.autograde.security.audit import _meta
+from memlab.autograde.batch import timeouts
 from memlab.autograde.batch.intake import _read_tree, _write_tree, remove_tree
 from memlab.grading.answers.result import REVIEW_HEAD as RUBRIC_REVIEW_HEAD
 
@@ -312,6 +313,11 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     student, assignment = job["student"], job["assignment"]
     config, release_dir = _write_course(job, jobdir)
     overrides, mode = _kernel_overrides(s, jobdir, kernel_manager, confined_manager, launch)
+    timeouts.CURRENT = None
+    if s.get("verdict", True):  # one cell timeout for the kernel and its re-run
+        timeouts.CURRENT = timeouts.Ledger(jobdir / "verdict")
+        overrides.setdefault("Autograde", {})["autograde_preprocessors"] = (
+            timeouts.autograde_preprocessors())
     cap_outputs(int(float(s.get("output_cap_mb", 8)) * 1024 * 1024))
     api = course.make_api(config, overrides=overrides)
     cd = api.coursedir
@@ -348,6 +354,9 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
         if status == "ok" and sub is not None:
             reasons += lowered
     scans, files = _collect_outputs(autograded, feedback) if status == "ok" else ({}, {})
+    for name, event in (timeouts.CURRENT.stopped if timeouts.CURRENT else []):
+        if name in scans:  # which run reached the cell's limit first, and stopped the other
+            scans[name]["events"].append(event)
     return {"student": student, "assignment": assignment, "status": status, "reasons": reasons,
             "grades": grades, "penalties": penalties, "scans": scans, "files": files,
             "timings": timings, "seconds": round(time.monotonic() - t0, 2)}
@@ -547,9 +556,15 @@ class _VerdictRuns:
                 dest / f"{name}.ipynb", dest, jobdir / "verdict" / name, trusted, points,
                 sandboxed=sandbox_state(s)[0], wall_seconds=wall, launch=self.launch,
                 cell_timeout=float(s.get("cell_timeout") or 300),
-                memory_mb=int(s.get("memory_mb") or 0), judged=self.judged)
+                memory_mb=int(s.get("memory_mb") or 0), judged=self.judged,
+                on_timeout=self._timed_out(name))
         except Exception as exc:  # the grader's own failure: no verdict, said so
             self.found[name] = ({}, f"the re-run could not run ({type(exc).__name__}: {exc})")
+
+    @staticmethod
+    def _timed_out(name: str) -> Callable[[str], None] | None:
+        ledger = timeouts.CURRENT
+        return None if ledger is None else (lambda gid: ledger.rerun_timed_out(name, gid))
 
     def finish(self, grades: dict) -> list[str]:
         """Wait for the re-runs; lower ``grades`` to their verdicts; return the reasons."""

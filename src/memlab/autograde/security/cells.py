@@ -155,17 +155,42 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
-def run_cell(source: str, ns: dict, label: str, cell_timeout: float) -> tuple[str, Any, str, str]:
+def _clock(cell_timeout: float, stop_file: str | None):
+    """The cell's clock: a SIGALRM handler, ticking every second, that ends the cell past
+    ``cell_timeout`` seconds or once ``stop_file`` exists (the kernel's copy of the cell ran
+    past the limit first: :mod:`memlab.autograde.batch.timeouts`); re-raised every second after,
+    should the cell swallow the first one."""
+    import time
+
+    deadline = time.monotonic() + cell_timeout
+
+    def tick(signum, frame):
+        if time.monotonic() >= deadline:
+            _alarm(signum, frame)
+        if stop_file and os.path.exists(stop_file):
+            raise _CellTimeout(STOPPED_BY_KERNEL)
+
+    return tick
+
+
+STOP_PREFIX = ".memlab-stop-"  # + grade_id: the stop file in the re-run's folder
+STOPPED_BY_KERNEL = "cell stopped: the learner's kernel ran it past the time limit first"
+
+
+def run_cell(source: str, ns: dict, label: str, cell_timeout: float,
+             stop_file: str | None = None) -> tuple[str, Any, str, str]:
     """Run one cell's source in ``ns`` as a notebook would (its last expression is its value):
-    (error text or "", value, stdout, stderr)."""
+    (error text or "", value, stdout, stderr). The cell ends past ``cell_timeout`` seconds, or
+    as soon as ``stop_file`` exists (:func:`_clock`)."""
     import signal
 
-    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGALRM, _clock(cell_timeout, stop_file) if stop_file else _alarm)
     error, value = "", None
     with _Captured() as cap:
         try:
-            # re-raised every second after the limit, should the cell swallow the first one
-            signal.setitimer(signal.ITIMER_REAL, cell_timeout, 1.0)
+            # without a stop file: one alarm at the limit, re-raised every second after
+            signal.setitimer(signal.ITIMER_REAL, min(1.0, cell_timeout) if stop_file
+                             else cell_timeout, 1.0)
             tree = ast.parse(source, filename=label)
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):

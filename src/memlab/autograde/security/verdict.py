@@ -54,8 +54,9 @@ from typing import Callable, Mapping
 # the same reading of a cell's nbgrader metadata and source
 from memlab.autograde.security.audit import _meta, _src
 # one cell or one call, by nbgrader's rules, in the fresh process (shared with the judge)
-from memlab.autograde.security.cells import (Report, call_captured, fresh_namespace,
-                                             limit_process, run_cell, score)
+from memlab.autograde.security.cells import (STOP_PREFIX, STOPPED_BY_KERNEL, Report,
+                                             call_captured, fresh_namespace, limit_process,
+                                             run_cell, score)
 
 __all__ = ["Verdict", "program_of", "rerun", "score", "combine", "main"]
 
@@ -119,7 +120,8 @@ def _harness_argv(memory_mb: int, cell_timeout: float, report_fd: int) -> list[s
 def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, str],
           points: Mapping[str, float], *, sandboxed: bool, wall_seconds: float,
           cell_timeout: float = 300, memory_mb: int = 0, launch: Callable | None = None,
-          judged: Mapping[str, tuple[str, ...]] | None = None) -> tuple[dict[str, Verdict], str]:
+          judged: Mapping[str, tuple[str, ...]] | None = None,
+          on_timeout: Callable[[str], None] | None = None) -> tuple[dict[str, Verdict], str]:
     """Re-run ``notebook`` (a submitted notebook after the pre-checks) in a fresh process.
 
     ``submitted``: the folder whose other files (data the notebook reads) are copied into the
@@ -131,7 +133,8 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
 
     ``judged``: test grade_id -> the learner's names it calls, for the cells the judge decides
     in a process that runs no learner code (:mod:`.judge`); their source never reaches this
-    re-run."""
+    re-run. ``on_timeout(grade_id)``: called as soon as the re-run reports that a graded cell
+    ran past ``cell_timeout`` (:mod:`memlab.autograde.batch.timeouts` stops the kernel's copy)."""
     import nbformat
 
     from memlab.autograde.security import judge
@@ -153,9 +156,10 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
                        if c["kind"] != "judged"]
     (workdir / PROGRAM).write_text(json.dumps({"cells": program, "key": key,
                                                "channel": judging is not None}))
+    heard = _timeouts_heard(key, on_timeout)
     if launch is not None:
         taken = _run_warm(launch, workdir, env, log_path, t0 + wall_seconds,
-                          memory_mb, cell_timeout)
+                          memory_mb, cell_timeout, heard)
         if taken is None:
             if judging is not None:  # nothing will ever call it: it must not outlive the job
                 judging.stop()
@@ -163,7 +167,7 @@ def rerun(notebook: Path, submitted: Path, workdir: Path, trusted: Mapping[str, 
         proc, raw = taken
     else:
         proc, raw = _run_fresh(workdir, env, log_path, t0 + wall_seconds + 5, sandboxed,
-                               wall_seconds, memory_mb, cell_timeout)
+                               wall_seconds, memory_mb, cell_timeout, heard)
     try:
         proc.wait(timeout=max(5.0, wall_seconds - (time.monotonic() - t0) + 5))
     except subprocess.TimeoutExpired:
@@ -189,8 +193,22 @@ def _copy_data(submitted: Path, workdir: Path) -> None:
             shutil.copy(item, workdir / item.name)
 
 
+def _timeouts_heard(key: str, on_timeout: Callable[[str], None] | None):
+    """The reader's hook for each complete report line: a signed ``{"timeout": grade_id}``
+    calls ``on_timeout`` (None when there is no one to tell)."""
+    if on_timeout is None:
+        return None
+
+    def heard(line: bytes) -> None:
+        item = _signed(line.decode("utf-8", "replace"), key)
+        if isinstance(item, dict) and list(item) == ["timeout"] and isinstance(item["timeout"], str):
+            on_timeout(item["timeout"])
+
+    return heard
+
+
 def _run_warm(launch: Callable, workdir: Path, env: dict, log_path: Path, deadline: float,
-              memory_mb: int, cell_timeout: float):
+              memory_mb: int, cell_timeout: float, heard: Callable | None = None):
     """The harness in a pre-forked warm process that confines itself to ``workdir``:
     (process, what it reported by ``deadline``), or None when none was left."""
     from memlab.autograde.security.landlock import confined_env
@@ -200,11 +218,12 @@ def _run_warm(launch: Callable, workdir: Path, env: dict, log_path: Path, deadli
     if taken is None:
         return None
     proc, r = taken
-    return proc, _read_until(r, deadline, proc)
+    return proc, _read_until(r, deadline, proc, heard=heard)
 
 
 def _run_fresh(workdir: Path, env: dict, log_path: Path, deadline: float, sandboxed: bool,
-               wall_seconds: float, memory_mb: int, cell_timeout: float):
+               wall_seconds: float, memory_mb: int, cell_timeout: float,
+               heard: Callable | None = None):
     """The harness in a new interpreter (under bubblewrap when ``sandboxed``, else killed at
     ``wall_seconds`` by timeout(1)): (process, what it reported by ``deadline``)."""
     r, w = os.pipe()
@@ -227,7 +246,7 @@ def _run_fresh(workdir: Path, env: dict, log_path: Path, deadline: float, sandbo
                                     pass_fds=(w,), start_new_session=True)
         finally:
             os.close(w)
-        return proc, _read_until(r, deadline, proc)
+        return proc, _read_until(r, deadline, proc, heard=heard)
 
 
 def _explained(problem: str, returncode: int | None, log_path: Path) -> str:
@@ -310,10 +329,12 @@ class _Judge:
             self.fd = -1
 
 
-def _read_until(fd: int, deadline: float, proc, limit: int = 4 * 2**20) -> bytes:
+def _read_until(fd: int, deadline: float, proc, limit: int = 4 * 2**20,
+                heard: Callable[[bytes], None] | None = None) -> bytes:
     """What the harness reports on ``fd`` until EOF, ``limit`` bytes or ``deadline`` (then the
     process is killed: a process that holds the pipe open, or a descendant that does, cannot
-    keep the grader waiting). Closes ``fd``."""
+    keep the grader waiting). ``heard``: called with each complete line as it arrives.
+    Closes ``fd``."""
     import select
 
     raw = b""
@@ -328,6 +349,10 @@ def _read_until(fd: int, deadline: float, proc, limit: int = 4 * 2**20) -> bytes
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     break
+                if heard is not None:
+                    start = raw.rfind(b"\n") + 1
+                    for line in (raw[start:] + chunk).split(b"\n")[:-1]:
+                        heard(line)
                 raw += chunk
     finally:
         os.close(fd)
@@ -375,6 +400,8 @@ def parse(raw: bytes, program: list[dict], points: Mapping[str, float], key: str
         item = _signed(line, key)
         if item is None:
             return verdicts, "the re-run's report was forged or garbled"
+        if isinstance(item, dict) and list(item) == ["timeout"]:
+            continue  # a cell ran past the limit (read as it came: :func:`_read_until`)
         if item == {"done": True}:
             return (verdicts, "") if pos == len(tests) else (verdicts, "the re-run's report ended early")
         if pos >= len(tests) or not isinstance(item, dict) or item.get("grade_id") != tests[pos]["grade_id"] \
@@ -461,13 +488,18 @@ def main(argv: list[str] | None = None) -> None:
 
     ns = fresh_namespace()
     call = call_captured(cell_timeout)
+    here = os.getcwd()  # the run folder, before any learner code can chdir
     report.send({"ready": True})
     n = 0
     for cell in program:
         kind = cell["kind"]
         if kind != "judged":
-            label = f"<cell {cell.get('grade_id') or kind}>"
-            error, value, _, err = run_cell(cell["source"], ns, label, cell_timeout)
+            gid = cell.get("grade_id")
+            label = f"<cell {gid or kind}>"
+            stop = os.path.join(here, STOP_PREFIX + gid) if gid else None
+            error, value, _, err = run_cell(cell["source"], ns, label, cell_timeout, stop)
+            if gid and error.startswith("_CellTimeout") and STOPPED_BY_KERNEL not in error:
+                report.send({"timeout": gid})  # the kernel's copy of the cell stops too
             if kind == "test":
                 s, why = score(float(cell["points"]), error, err, value)
                 report.send({"n": n, "grade_id": cell["grade_id"], "score": s, "why": why})
