@@ -21,3 +21,34 @@ def released_course(root: Path, names: list[str]) -> Path:
     config = root / "autograder" / "nbgrader_config.py"
     instructor.release(names, api=instructor.make_api(config))
     return config
+
+
+# A class as an instructor meets it (issue 30): per assignment, ``students`` honest submissions
+# (the solution notebook), one blank (the release as handed out), one broken (its first answer
+# cell does not parse) and one whose first answer cell never ends (``while True: pass``).
+KINDS = ("honest", "blank", "broken", "timeout")
+
+
+def mixed_class(root: Path, names: list[str], students: int, dest: Path) -> dict[tuple[str, str], str]:
+    """Write the submissions under ``dest/<student>/<assignment>/`` (the course released under
+    ``root`` by :func:`released_course`): {(student, assignment): kind}."""
+    import nbformat
+
+    kinds: dict[tuple[str, str], str] = {}
+    for name in names:
+        who = [(f"student{i:02d}", "honest") for i in range(students)]
+        who += [("blank00", "blank"), ("broken00", "broken"), ("loop00", "timeout")]
+        for student, kind in who:
+            folder = dest / student / name
+            src = root / ("solutions" if kind == "honest" else "notebooks") / name
+            shutil.copytree(src, folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+            if kind in ("broken", "timeout"):
+                path = folder / f"{name}.ipynb"
+                nb = nbformat.read(path, as_version=4)
+                cell = next(c for c in nb.cells if c.cell_type == "code"
+                            and (c.metadata.get("nbgrader") or {}).get("solution"))
+                cell.source = ("def broken(:\n" if kind == "broken" else "while True:\n    pass\n") \
+                    + cell.source
+                nbformat.write(nb, path)
+            kinds[(student, name)] = kind
+    return kinds
