@@ -18,6 +18,12 @@ grades only the rest; its wall time is printed.
 Prints submissions per minute for each, and the projected wall time of 100 students x every
 assignment in solutions/ (from the mean seconds per submission of each benchmarked
 assignment; assignments not benchmarked are projected at the mean of those that were).
+``--mixed``: the class an instructor meets instead of solutions only: per assignment a blank
+notebook, a broken one and one whose answer cell never ends besides the honest ones (each loop
+costs one per-cell limit); the projection then includes them. What this does not measure:
+hostile submissions (tests/grading/test_hostile*.py), a GPU, an LMS zip; assignments not
+benchmarked are projected at the mean of those that were. The same class against plain
+nbgrader: benchmarks/vs_nbgrader.py --mixed.
 Not a test: the numbers depend on the machine and its load (run it on an idle machine).
 
     .venv/bin/python benchmarks/grading_speed.py                                # 00_setup, 4 students
@@ -38,7 +44,7 @@ from pathlib import Path
 
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
-from _course import released_course  # benchmarks/
+from _course import mixed_class, released_course  # benchmarks/
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,6 +125,9 @@ def main() -> None:
                              "process of their own costs)")
     parser.add_argument("--resume", action="store_true", help="also interrupt and resume a batch")
     parser.add_argument("--runs", default="1,2,dask", help="which of 1,2,dask to run (default all)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="a realistic class: add a blank, a broken and a looping submission "
+                             "per assignment (benchmarks/_course.py mixed_class)")
     args = parser.parse_args()
     every = _all_assignments()
     names = every if args.assignments == "all" else args.assignments.split(",")
@@ -127,12 +136,17 @@ def main() -> None:
     try:
         config = released_course(tmp / "course", names)
         subs = tmp / "class"
-        for i in range(args.students):
-            for name in names:
-                shutil.copytree(tmp / "course" / "solutions" / name, subs / f"student{i:02d}" / name)
-        n = args.students * len(names)
-        print(f"{args.students} students x {len(names)} assignments = {n} submissions per run, "
-              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        kinds = {}
+        if args.mixed:
+            kinds = mixed_class(tmp / "course", names, args.students, subs)
+        else:
+            for i in range(args.students):
+                for name in names:
+                    shutil.copytree(tmp / "course" / "solutions" / name, subs / f"student{i:02d}" / name)
+        n = len(kinds) or args.students * len(names)
+        print(f"{args.students} students x {len(names)} assignments = {n} submissions per run"
+              + (" (with a blank, a broken and a looping submission per assignment)" if kinds else "")
+              + f", {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
         wanted = set(args.runs.split(","))
         runs = [(label, s) for key, label, s in (
             ("1", "1 local worker", GradeSettings(workers=1, resume=False)),
@@ -152,7 +166,8 @@ def main() -> None:
         cpu_per_assignment: dict[str, float] = {}
         for label, settings in runs:
             report = grade_class(subs, config_path=config, out=tmp / "report", settings=settings, progress=False)
-            bad = [r for r in report.results if r["score"] != r["max_score"]]
+            bad = [r for r in report.results if r["score"] != r["max_score"]
+                   and kinds.get((r["student"], r["assignment"]), "honest") == "honest"]
             rate = n / report.seconds * 60
             parts = {}
             for r in report.results:

@@ -4,7 +4,7 @@
     alice, bob  fetch_assignment -> edit -> submit        (the `nbgrader` CLI, each with own
                                                            HOME and USER, one temporary exchange)
                 alice on time; the due date passes; bob late
-    instructor  collect -> grade-class -> generate_feedback -> release_feedback
+    instructor  collect -> grade-class -> release_feedback (the feedback grade-class wrote)
     alice, bob  fetch_feedback
 
 Checks: the late submission is recorded in the gradebook (and named in the report), the
@@ -104,7 +104,7 @@ def roundtrip(tmp_path_factory):
     report = grade_class(submitted, config_path=config, out=base / "report",
                          settings=GradeSettings(workers=2, cell_timeout=60, submission_timeout=300,
                                                 memory_mb=3072), progress=False)
-    instructor.feedback(A, api=api)                       # generate_feedback
+    # no generate_feedback: release_feedback hands out the pages grade-class wrote (once)
     assert api.release_feedback(A)["success"], "release_feedback failed"
     for student, home in homes.items():
         _nbgrader(student, home, exchange, "fetch_feedback", A)
@@ -145,3 +145,63 @@ def test_fetched_feedback_is_each_students_own_without_hidden_tests(roundtrip):
         assert not leaked, f"hidden test source in {student}'s fetched feedback: {leaked[:3]}"
         score = "3.0 / 3.0" if student == "alice" else "0.0 / 3.0"
         assert score in " ".join(text.split()), f"{student}'s feedback does not show {score}"
+
+
+def readme_round_trip() -> list[tuple[str, list[str]]]:
+    """autograder/README.md's round-trip block as (the comment that opens a step, its command
+    lines), in order: the commands exactly as the README prints them."""
+    text = (ROOT / "autograder" / "README.md").read_text()
+    section = text.split("## The classroom round trip (nbgrader's exchange)", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("#"):
+            steps.append((line, []))
+        elif line.strip():
+            steps[-1][1].append(line)
+    return steps
+
+
+@pytest.mark.slow
+def test_the_readme_commands_complete_the_round_trip(tmp_path):
+    """Issue 30: the README's classroom commands, run verbatim, take one student from the
+    release to fetched feedback: each instructor line in a copy of the course (its .venv the
+    checkout's), each student line in the student's own home, every line in bash as printed;
+    the only thing done between them is the student's answer (the step the README leaves to
+    JupyterLab). The student is the OS account, as nbgrader takes it."""
+    import getpass
+
+    steps = readme_round_trip()
+    assert [s[0].split(",")[0].split(" (")[0] for s in steps] == [
+        "# once", "# instructor", "# each student", "#", "# instructor", "# each student"], steps
+    course, home, exchange = tmp_path / "course", tmp_path / "home", tmp_path / "exchange"
+    home.mkdir()
+    make_course(course, [A])
+    (course / ".venv").symlink_to(ROOT / ".venv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(NBGRADER_EXCHANGE=str(exchange),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]))
+    ran = 0
+    for comment, lines in steps:
+        student = "student" in comment
+        if comment.startswith("# (the student opens"):  # then the student's next lines
+            nb_path = home / A / f"{A}.ipynb"
+            nb = nbformat.read(nb_path, as_version=4)
+            [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tensor_bytes"]
+            cell.source = CORRECT.strip()
+            nbformat.write(nb, nb_path)
+        for line in lines:
+            proc = subprocess.run(["bash", "-ec", line], cwd=home if student else course,
+                                  env={**env, "HOME": str(home)} if student else env,
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            ran += 1
+    assert ran == 11
+    me = getpass.getuser()
+    report = course / "autograder" / "work" / "class_report" / "submissions.csv"
+    rows = {r["student"]: r for r in csv.DictReader(open(report))}
+    assert float(rows[me]["score"]) == 3 and "late" not in rows[me]["reason"], rows
+    pages = sorted((home / A / "feedback").rglob("*.html"))
+    assert len(pages) == 1, pages
+    assert "3.0 / 3.0" in " ".join(_text_of_html(pages[0]).split())
+    assert "BEGIN HIDDEN TESTS" not in pages[0].read_text()

@@ -12,6 +12,7 @@ instructor's decisions on unchanged answers (:func:`memlab.autograde.decisions.r
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import time
 from pathlib import Path
@@ -137,8 +138,23 @@ def _merge(gb, cd, job: dict, result: dict, timestamp) -> None:
         files = {k.split("/", 1)[1]: v for k, v in result.get("files", {}).items()
                  if k.startswith(step + "/")}
         if files and result["status"] == "ok":
+            if step == "feedback":
+                files.update(_release_marks(job.get("files") or {}))
             dst.mkdir(parents=True, exist_ok=True)
             _write_tree(dst, files)
+
+
+# What nbgrader's release_feedback reads beside each feedback page (nbgrader's own
+# generate_feedback copies them from the submission): when it was submitted, and the secret
+# the student's fetch_feedback finds its page by. Written by nbgrader's submit; taken from the
+# submission as read, only as short plain text.
+_RELEASE_MARKS = ("timestamp.txt", "submission_secret.txt")
+_MARK = re.compile(rb"[ -~]{1,256}\n?")
+
+
+def _release_marks(submitted: dict[str, bytes]) -> dict[str, bytes]:
+    return {name: submitted[name] for name in _RELEASE_MARKS
+            if name in submitted and _MARK.fullmatch(submitted[name])}
 
 
 def _record_submission(cd, student: str, assignment: str, files: dict[str, bytes]) -> None:
