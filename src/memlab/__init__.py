@@ -9,7 +9,7 @@ the same verdict on a learner's GPU, an instructor's CPU server and CI.
 The package has five layers (docs/ARCHITECTURE.md; import-linter holds them, pyproject.toml):
 
 - ``memlab.measure``: the core (device, units, tracker, breakdown, budget, estimate, plots,
-  formulas, models, timing, training_spy, snapshot); imports nothing else of memlab
+  formulas, models, timing, training_spy, snapshot, allocator); imports nothing else of memlab
 - ``memlab.lessons``: one module per notebook (checkpointing, amp, accumulation, oom,
   distributed, calculator, levers, serving, debugging); imports the core only
 - ``memlab.grading``: what runs INSIDE a learner's kernel: guard, visible tests, the answer
@@ -92,6 +92,7 @@ MODULES = {
     "estimate": "measure.estimate", "plots": "measure.plots", "timing": "measure.timing",
     "models": "measure.models", "formulas": "measure.formulas",
     "training_spy": "measure.training_spy", "snapshot": "measure.snapshot",
+    "allocator": "measure.allocator",
     "checkpointing": "lessons.checkpointing", "amp": "lessons.amp",
     "accumulation": "lessons.accumulation", "oom": "lessons.oom",
     "distributed": "lessons.distributed", "calculator": "lessons.calculator",

@@ -14,4 +14,6 @@ Layer 1 of memlab (see docs/ARCHITECTURE.md): modules here import nothing from
 - timing:    repeatable timing of a call
 - training_spy: a spy on a training loop and the checks of what it saw (03, 04)
 - plots:     memory timelines
+- snapshot:  torch's allocation trace, from the CUDA allocator or recorded on the CPU
+- allocator: a MODEL of the CUDA caching allocator's rules: replays a trace, predicts reserved
 """

@@ -2,7 +2,7 @@
 
 Used by: Makefile (gpu-check), README.md ("Run on a GPU"), tests/tools/test_gpu_check.py.
 
-Three parts, each recorded even when another fails:
+Four parts, each recorded even when another fails:
 
 1. **Notebooks**: every ``solutions/*/*.ipynb`` runs top to bottom in the ``python3`` kernel (the
    venv's, so on CUDA when torch sees it) from a temporary copy (the repository is not changed).
@@ -19,6 +19,12 @@ Three parts, each recorded even when another fails:
    CPU tracker (the agreement ratio should be close to 1), and the median step time as a ratio of
    the baseline's.
 3. **GPU tests**: ``pytest -m gpu`` with a JUnit XML file; pass/fail/skip of every test.
+4. **Allocator model**: one small training step (an MLP ``nn.Sequential``, AdamW) recorded on CUDA
+   (``torch.cuda.memory._record_memory_history``, then ``_snapshot()``, after ``empty_cache`` and
+   ``reset_peak_memory_stats``) and on the CPU (memlab's recorder); the peak reserved that
+   :mod:`memlab.measure.allocator` (a model of the caching allocator's rules) predicts from each
+   trace, beside ``torch.cuda.max_memory_reserved()`` and the relative errors. A measurement: the
+   row passes when it ran, whatever the error (the model's error is what it is there to show).
 
 The report goes to ``docs/gpu-report-<YYYY-MM-DD>-<gpu>.json`` and ``.md`` (commit both).
 Without CUDA it stops at once with exit code 2 and says why. Designed to finish well within
@@ -423,6 +429,96 @@ def run_benchmark(device: torch.device, cfg: Mapping[str, int] = BENCH_CONFIG,
     return {"config": dict(cfg), "device": str(device), "techniques": rows}
 
 
+# --------------------------------------------------------------------------- allocator model
+# The step the allocator model replays: weights of 16 MiB (large pool, own segments), activations
+# of 1 to 4 MiB (small pool and 20 MiB segments), biases of a few KiB (small pool).
+ALLOCATOR_MODEL_CONFIG: dict[str, int] = {"hidden": 1024, "ffn": 4096, "batch": 256}
+
+
+def _allocator_model_step(device: torch.device, cfg: Mapping[str, int]):
+    """A fresh MLP, its AdamW and a batch on ``device``; returns (one training step, tracked)."""
+    torch.manual_seed(0)
+    h, f = cfg["hidden"], cfg["ffn"]
+    model = torch.nn.Sequential(torch.nn.Linear(h, f), torch.nn.GELU(),
+                                torch.nn.Linear(f, h)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(cfg["batch"], h, device=device)
+    y = torch.randn(cfg["batch"], h, device=device)
+
+    def step() -> None:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step, (model, optimizer, x, y)
+
+
+def _relative_error(predicted: int | None, real: int | None) -> float | None:
+    if predicted is None or not real:
+        return None
+    return round((predicted - real) / real, 4)
+
+
+def _same_allocations(cpu: list, cuda: list) -> dict[str, Any]:
+    """memlab's CPU record of a step against torch's CUDA trace of the same step: how many
+    allocations each holds, and the share of the CPU record's (512-rounded) sizes that the CUDA
+    trace has too (as a multiset: the same tensors, whatever their order)."""
+    from collections import Counter
+
+    from memlab.measure.allocator import round_size
+
+    have = Counter(round_size(a.size) for a in cuda)
+    matched = 0
+    for a in cpu:
+        size = round_size(a.size)
+        if have[size] > 0:
+            have[size] -= 1
+            matched += 1
+    return {"allocations_cuda": len(cuda),
+            "allocations_matched": round(matched / len(cpu), 4) if cpu else None}
+
+
+def run_allocator_model_check(device: torch.device,
+                              cfg: Mapping[str, int] = ALLOCATOR_MODEL_CONFIG) -> dict[str, Any]:
+    """The allocator model's peak reserved for one step, from the CPU recording (any device) and,
+    on CUDA, from torch's own trace, beside the real ``max_memory_reserved``; never raises."""
+    from memlab.measure.allocator import replay
+    from memlab.measure.snapshot import allocations, record_snapshot
+
+    row: dict[str, Any] = {"config": dict(cfg), "device": str(device), "real_peak_reserved": None,
+                           "real_peak_allocated": None, "model_cuda_trace": None,
+                           "model_cuda_trace_allocated": None, "model_cpu_trace": None,
+                           "error_cuda_trace": None, "error_cpu_trace": None, "error": None,
+                           "allocations_cpu": None, "allocations_cuda": None,
+                           "allocations_matched": None}
+    try:
+        step, tracked = _allocator_model_step(torch.device("cpu"), cfg)
+        cpu_snap = record_snapshot(step, device="cpu", track=tracked)
+        row["model_cpu_trace"] = replay(cpu_snap).peak_reserved
+        row["allocations_cpu"] = len(allocations(cpu_snap))
+        del step, tracked
+        if device.type == "cuda":
+            step, tracked = _allocator_model_step(device, cfg)
+            _sync(device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+            snap = record_snapshot(step, device=device)
+            row["real_peak_reserved"] = int(torch.cuda.max_memory_reserved(device))
+            row["real_peak_allocated"] = int(torch.cuda.max_memory_allocated(device))
+            predicted = replay(snap, device=device.index or 0)
+            row["model_cuda_trace"] = predicted.peak_reserved
+            row["model_cuda_trace_allocated"] = predicted.peak_allocated
+            row.update(_same_allocations(allocations(cpu_snap), allocations(snap, device.index or 0)))
+            del step, tracked, snap
+    except Exception as exc:  # record, go on: the report says what failed
+        row["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    row["error_cuda_trace"] = _relative_error(row["model_cuda_trace"], row["real_peak_reserved"])
+    row["error_cpu_trace"] = _relative_error(row["model_cpu_trace"], row["real_peak_reserved"])
+    return row
+
+
 # --------------------------------------------------------------------------- gpu tests
 def parse_junit(xml_text: str) -> list[dict[str, Any]]:
     """[{test, outcome (passed|failed|error|skipped), message, seconds}] from a JUnit XML report."""
@@ -476,6 +572,34 @@ def _x(r: float | None) -> str:
     return "n/a" if r is None else f"{r:.2f}x"
 
 
+def _pct(r: float | None) -> str:
+    return "n/a" if r is None else f"{r * 100:+.1f}%"
+
+
+def _allocator_model_lines(am: Mapping[str, Any]) -> list[str]:
+    lines = ["", "## Allocator model: predicted vs real peak reserved (one MLP training step)", "",
+             f"Config: {json.dumps(am['config'])}. memlab.measure.allocator replays the step's trace "
+             "through a model of the caching allocator's documented rules; *error* is "
+             "(predicted - real) / real against `torch.cuda.max_memory_reserved()`. A measurement, "
+             "not a pass threshold.", "",
+             "| real peak reserved | model, CUDA trace | error | model, CPU trace | error "
+             "| real peak allocated | model peak allocated (CUDA trace) |",
+             "|---|---|---|---|---|---|---|"]
+    if am.get("error"):
+        return lines + [f"| error: {am['error']} |  |  |  |  |  |  |"]
+    lines.append(f"| {_b(am.get('real_peak_reserved'))} | {_b(am.get('model_cuda_trace'))} "
+                 f"| {_pct(am.get('error_cuda_trace'))} | {_b(am.get('model_cpu_trace'))} "
+                 f"| {_pct(am.get('error_cpu_trace'))} | {_b(am.get('real_peak_allocated'))} "
+                 f"| {_b(am.get('model_cuda_trace_allocated'))} |")
+    matched = am.get("allocations_matched")
+    lines += ["", f"Allocations of the step: {am.get('allocations_cpu')} in memlab's CPU record, "
+              f"{am.get('allocations_cuda') if am.get('allocations_cuda') is not None else 'n/a'} "
+              "in torch's CUDA trace; "
+              + (f"{matched:.1%} of the CPU record's sizes (512-byte rounded) are in the CUDA "
+                 "trace too." if matched is not None else "no CUDA trace to compare.")]
+    return lines
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     env = report["environment"]
     lines = [f"# GPU check: {env['gpu']} ({report['date']})", "",
@@ -521,6 +645,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                          f"| {_x(r.get('allocated_vs_baseline'))} | {_b(r.get('tracker_peak'))} | {t} "
                          f"| {_x(r.get('time_vs_baseline'))} "
                          f"| {_x(r.get('tracker_vs_allocator'))} | {'; '.join(r.get('notes', []))} |")
+    if report.get("allocator_model"):
+        lines += _allocator_model_lines(report["allocator_model"])
     gt = report.get("gpu_tests")
     if gt:
         counts: dict[str, int] = {}
@@ -541,7 +667,8 @@ def overall_passed(report: Mapping[str, Any]) -> bool:
     gt = report.get("gpu_tests")
     tests_ok = gt is None or (gt["returncode"] in (0, 5)
                               and not any(t["outcome"] in ("failed", "error") for t in gt["tests"]))
-    return nbs_ok and bench_ok and tests_ok
+    model_ok = not (report.get("allocator_model") or {}).get("error")  # it ran: no threshold
+    return nbs_ok and bench_ok and tests_ok and model_ok
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
@@ -570,6 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--skip-notebooks", action="store_true")
     ap.add_argument("--skip-benchmark", action="store_true")
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--skip-allocator-model", action="store_true")
     ap.add_argument("--cell-timeout", type=int, default=600, help="seconds per notebook cell")
     args = ap.parse_args(argv)
 
@@ -580,7 +708,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = torch.device("cuda", torch.cuda.current_device())
     start = time.perf_counter()
     report: dict[str, Any] = {"date": _dt.date.today().isoformat(), "environment": environment(device),
-                              "notebooks": [], "benchmark": None, "gpu_tests": None}
+                              "notebooks": [], "benchmark": None, "allocator_model": None,
+                              "gpu_tests": None}
     print(f"gpu-check on {report['environment']['gpu']}", flush=True)
     if not args.skip_notebooks:
         for path in solution_notebooks():
@@ -594,6 +723,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_benchmark:
         print("  benchmark ...", flush=True)
         report["benchmark"] = run_benchmark(device)
+    if not args.skip_allocator_model:
+        print("  allocator model ...", flush=True)
+        report["allocator_model"] = run_allocator_model_check(device)
     if not args.skip_tests:
         print("  pytest -m gpu ...", flush=True)
         report["gpu_tests"] = run_gpu_tests()
