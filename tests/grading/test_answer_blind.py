@@ -51,6 +51,19 @@ r7 (120 answers, 12 classes; first look 2026-12-06, the grader of cf1a49c):
     in an answer that never names its topic go to review instead of a decided 0. After: 44/53
     83.0%, provisional 55.8%, one-false-claim above band 0, strong below 0.7: 1 (r3-r6
     unchanged). Partial answers stay the open class (0/6).
+r8 (120 answers, 12 classes; first look 2026-12-06, the grader of 8422f48):
+    decided in band 51/64 79.7%, provisional 46.7%, wrong class decided above 0.2: 0,
+    one-false-claim decided above its band: 3 (1.00, 1.00, 0.90), strong below 0.7: 5 (all five
+    are the strong answers written as analogies, decided 0-0.25), partial decided in band 0/2.
+    Tuned on (classes): a relative clause right after a technique's name states its effect
+    ("ZeRO stage 1, which shards the gradients"); a comparison set off by commas says the same of
+    both ("LayerNorm, like BatchNorm, normalizes with the micro-batch's statistics"); the
+    gradients said to stay allocated from one step to the next (the course zeroes them with
+    set_to_none=True). After: 51/61 83.6%, provisional 49.2%, one-false-claim above band 0
+    (r3-r7 unchanged). Tried and dropped: sending a long, on-topic, mostly unmatched answer to
+    review (+3.6 points on r8, but -0.9 to -1.9 on r4, r6 and r7: it reviewed wrong answers the
+    grader had decided right). Open: answers in plain words or analogies (5 of 5 decided below
+    their band; a pattern grader cannot read them) and partial answers.
 """
 from __future__ import annotations
 
@@ -90,6 +103,7 @@ ROUNDS = {r.name: r for r in (
     Round("r5", 12, _WRONG, _STRONG, 0.83, 0.54, 0, 0, 0),
     Round("r6", 12, _WRONG, _STRONG, 0.87, 0.48, 0, 0, 0),
     Round("r7", 12, _WRONG, _STRONG, 0.83, 0.56, 0, 1, 0),
+    Round("r8", 12, _WRONG, _STRONG, 0.83, 0.50, 0, 5, 0),
 )}
 
 

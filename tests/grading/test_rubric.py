@@ -36,7 +36,7 @@ EMPTY = ["", "   ", "\n\t  \n", "YOUR ANSWER HERE"]
 OOM = {
     "strong": [
         "Before touching the batch size I'd switch to mixed precision with bf16 autocast, which "
-        "roughly halves the memory taken by activations and gradients. Next I'd turn on gradient "
+        "roughly halves the memory taken by activations. Next I'd turn on gradient "
         "checkpointing so most activations are recomputed in the backward pass instead of stored; "
         "that costs extra compute but frees a lot of memory. If it still doesn't fit, gradient "
         "accumulation over several micro-batches keeps the effective batch size the same. "
@@ -55,7 +55,7 @@ OOM = {
         "I would not reduce the batch size straight away, because a smaller batch makes the "
         "gradients noisier, changes how training converges and uses the GPU less efficiently. "
         "Instead I would train in half precision (bf16 or fp16 mixed precision), which halves "
-        "the size of activations and gradients. I would also use gradient checkpointing: the "
+        "the size of the activations. I would also use gradient checkpointing: the "
         "model throws away intermediate activations and recalculates them when backward needs "
         "them, so it is slower but uses far less memory. Finally, accumulating gradients over a "
         "few smaller batches gives the same effective batch size.",

@@ -643,7 +643,10 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             r"at) (?:each|every) (?:micro ?batch|backward|iteration)",
         ), 0.3, "zeroing after every micro-batch throws away the accumulated gradient"),
         Misconception("says LayerNorm depends on the micro-batch", (
-            rf"(?:layer ?norm\w*|rms ?norm\w*|layer normali[sz]ation) {G(6)}(?:breaks?|differ\w*|"
+            # "LayerNorm, like BatchNorm, normalizes with ...": a comparison set off by commas
+            # says the same of both
+            rf"(?:layer ?norm\w*|rms ?norm\w*|layer normali[sz]ation)(?: , (?:just )?(?:like|as "
+            rf"with|as in|similar to) [^,.]{{1,30}} ,)? {G(6)}(?:breaks?|differ\w*|"
             rf"depends? on {G(2)}batch|(?:statistics|stats) of {G(2)}(?:micro ?)?batch|"
             rf"normali[sz]\w* (?:across|over) {G(2)}(?:samples|batch|items))",
             rf"(?:breaks?|not exact|differ\w*) {G(4)}(?:with|for|because of) (?:layer ?norm\w*|"
@@ -1710,7 +1713,9 @@ def _effect_direction(name: str) -> Direction:
         # "bf16 autocast: besides storing activations in 16 bits it also halves the parameters,
         # gradients and Adam state"; "ZeRO stage 1 over 8 GPUs: it splits ...": a colon or a
         # sentence's end crossed where the next words go on about the technique
-        (rf"{_SUBJECT}(?:{pattern}) (?:(?:{_EFFECT_WORD} ){{0,4}}\. "
+        # "ZeRO stage 1, which shards the gradients": a relative clause right after the
+        # technique's name says what the technique does ("which" elsewhere ends the reach)
+        (rf"{_SUBJECT}(?:{pattern}) (?:,? ?(?:which|that) )?(?:(?:{_EFFECT_WORD} ){{0,4}}\. "
          rf"(?=(?:it|this|that|they|besides|also) ))?(?:{_EFFECT_WORD} ){{0,10}}{verb} "
          rf"(?:{_EFFECT_WORD} ){{0,8}}(?:{consumers})\b{_EFFECT_AFTER}",),
         why, tuple(RUBRICS_USING_EFFECTS), penalty=0.4)
@@ -1742,6 +1747,17 @@ DIRECTIONS += (
         "dropout), so the activations and the gradients are the same as without checkpointing; "
         "the price is time, not accuracy",
         ("checkpointing_cost", "oom_before_batch")),
+    Direction(
+        "says the gradients stay allocated from one step to the next",
+        # the course's loop zeroes with set_to_none=True (torch's default): the gradients are
+        # freed before the next forward, so they are not alive when the forward ends
+        (rf"(?:gradients?|grads)(?: ,)? (?:which |that )?{G(3)}(?:stay|remain|are kept|kept|"
+         rf"persist|survive|linger|are still|still)\w* {G(3)}(?:from|since|across|between|"
+         r"over) (?:the |one )?(?:previous|last|prior|earlier|one|two)? ?(?:steps?|iterations?)",),
+        "the loop zeroes the gradients with set_to_none=True (torch's default), so they are freed "
+        "before the next forward and are not alive when it ends; they exist from backward to "
+        "the next zero_grad",
+        ("peak_moves", "activations_scaling")),
     Direction(
         "says the optimizer state is created anew and freed at every step",
         # Adam's moments are made at the first step and kept: a model state, not a temporary
