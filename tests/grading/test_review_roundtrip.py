@@ -192,3 +192,51 @@ def test_accept_keeps_every_score_as_the_decision(tmp_path, capsys):
     assert after == {k: (v, v) for k, v in before.items()}
     assert instructor.main(["--config", str(cfg), "reviews", "--accept", "dan", A, "nope"]) == 1
     assert "no grade cell 'nope'" in capsys.readouterr().err
+
+
+def _require_of(solution, grade_id: str) -> tuple[str, ...]:
+    """The ``require=`` parts the notebook's test cell ``grade_id`` grades its answer with."""
+    import ast
+
+    [cell] = [c for c in solution.cells
+              if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    for node in ast.walk(ast.parse(cell.source)):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg == "require":
+                    return tuple(ast.literal_eval(kw.value))
+    raise AssertionError(f"{grade_id} passes no require=")
+
+
+@pytest.mark.slow
+@pytest.mark.full  # 24 gradings: the full tier's
+def test_every_answer_the_rubric_flags_is_in_review_csv_and_reviews(tmp_path, capsys):
+    """Issue 30's count: a class whose written answers are the blind rounds' (r7 and r8, the 24
+    answers to 04's question, every class from strong to keyword salad), graded in one batch:
+    review.csv lists the written-answer cell of exactly the students whose answer the rubric
+    flags (grade_text with the notebook's own require=), and `reviews` lists as many rows as
+    review.csv holds."""
+    from memlab.grading.answers.grade import grade_text
+
+    data = Path(__file__).resolve().parent / "data"
+    answers = [json.loads(line)["answer"]
+               for name in ("answers_blind_r7.jsonl", "answers_blind_r8.jsonl")
+               for line in (data / name).read_text().splitlines()
+               if json.loads(line)["rubric"] == "accumulation_equivalence"]
+    assert len(answers) == 24
+    api = make_course(tmp_path / "course", [A])
+    cfg = Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"
+    release, solution = course_notebooks(api, A)
+    honest = trim_to_graded(with_solution_answers(release, solution), solution)
+    cls, out = tmp_path / "class", tmp_path / "report"
+    for i, text in enumerate(answers):
+        _submit(cls, f"s{i:02d}", with_answer(honest, "written_answer", f"answer = {text!r}\n"))
+    _grade(cls, cfg, out)
+    require = _require_of(solution, CELL)
+    flagged = {f"s{i:02d}" for i, text in enumerate(answers)
+               if grade_text(text, "accumulation_equivalence", require=require).needs_review}
+    assert 0 < len(flagged) < len(answers), flagged
+    review = _rows(out / "review.csv")
+    assert {r["student"] for r in review if r["cell"] == CELL} == flagged, review
+    assert instructor.main(["--config", str(cfg), "reviews", "--report", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{len(review)} answer(s) to review")
