@@ -29,7 +29,8 @@ def released_course(root: Path, names: list[str]) -> Path:
 KINDS = ("honest", "blank", "broken", "timeout")
 
 
-def mixed_class(root: Path, names: list[str], students: int, dest: Path) -> dict[tuple[str, str], str]:
+def mixed_class(root: Path, names: list[str], students: int,
+                dest: Path) -> dict[tuple[str, str], str]:
     """Write the submissions under ``dest/<student>/<assignment>/`` (the course released under
     ``root`` by :func:`released_course`): {(student, assignment): kind}."""
     import nbformat
@@ -47,8 +48,8 @@ def mixed_class(root: Path, names: list[str], students: int, dest: Path) -> dict
                 nb = nbformat.read(path, as_version=4)
                 cell = next(c for c in nb.cells if c.cell_type == "code"
                             and (c.metadata.get("nbgrader") or {}).get("solution"))
-                cell.source = ("def broken(:\n" if kind == "broken" else "while True:\n    pass\n") \
-                    + cell.source
+                head = "def broken(:\n" if kind == "broken" else "while True:\n    pass\n"
+                cell.source = head + cell.source
                 nbformat.write(nb, path)
             kinds[(student, name)] = kind
     return kinds

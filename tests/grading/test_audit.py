@@ -194,6 +194,13 @@ HOSTILE = [
      "import contextlib\nwith contextlib.nullcontext(1) as acc:\n    pass", "rebinds the notebook's name"),
     ("04_accumulation", "accumulate_gradients", "try:\n    1 / 0\nexcept ZeroDivisionError as acc:\n"
      "    pass", "rebinds the notebook's name"),
+    # blind r5 (a01): a format template put together at run time reads any attribute
+    ("01_where_memory_goes", "count_param_bytes",
+     "def count_param_bytes(m):\n    t = '{0.__glo' + 'bals__[In]}'\n    return t.format(count_param_bytes)",
+     "introspection"),
+    ("01_where_memory_goes", "count_param_bytes",
+     "def count_param_bytes(m):\n    return str.format(''.join(['{0', '.f_', 'back}']), m)",
+     "introspection"),
 ]
 
 
@@ -244,6 +251,7 @@ LEGIT = [
     "def f(m):\n    return getattr(m, 'weight', None) is not None and hasattr(m, 'bias')",
     "import contextlib\nwith contextlib.nullcontext(1) as mine:\n    pass",
     "try:\n    1 / 0\nexcept ZeroDivisionError as err:\n    print(err)",
+    "x = 3.14159\nprint('{:.1f} GB and {} layers'.format(x, 4))",
 ]
 
 

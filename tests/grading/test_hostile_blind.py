@@ -52,11 +52,25 @@ def _key(cell) -> str:
     return "#" + hashlib.sha1((cell["cell_type"] + "\0" + src).encode()).hexdigest()[:12]
 
 
+def _patch(round_: str, attack: str) -> dict:
+    """The attack's patch: ``aNN.json``, or, for one too large to keep in the repository (r5's
+    a13 and a24: 13 and 9 MB), ``aNN.py`` whose ``patch()`` writes the same dict."""
+    path = HOSTILE / round_ / f"{attack}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{round_}_{attack}", path.with_suffix(".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.patch()
+
+
 def attack_notebook(round_: str, attack: str, release):
     """The attack's notebook: its patch applied to the release as it is now (a release cell it
     left unchanged is taken from the release; one the release no longer has is left out).
     ``top``: the notebook's other top-level fields as the attacker wrote them (``nbformat``)."""
-    patch = json.loads((HOSTILE / round_ / f"{attack}.json").read_text())
+    patch = _patch(round_, attack)
     by_key = {_key(c): c for c in release.cells}
     nb = nbformat.from_dict({**release, "cells": []})
     if "metadata" in patch:
@@ -214,8 +228,8 @@ def test_nothing_of_a_job_outlives_the_batch(graded):
 
 
 def test_no_feedback_page_holds_a_hidden_test_or_a_secret(graded):
-    """A learner's code run by a hidden test can read that test's source and print it, and can
-    read its own process's environment: the feedback holds neither."""
+    """A learner's code run by a hidden test tried to read that test's source and print it (as
+    is, or reversed), and its own process's environment: the feedback holds neither."""
     hidden, public = set(), set()
     for a in graded["assignments"]:
         for nb in (graded["root"] / "course" / "solutions" / a).glob("*.ipynb"):
@@ -232,6 +246,8 @@ def test_no_feedback_page_holds_a_hidden_test_or_a_secret(graded):
     found = []
     for name, html in _pages(graded).items():
         text = html_unescape(html)
+        # as printed, or printed backwards (r5 reversed what it read, past the line scrubber)
+        text = text + "\n" + text[::-1]
         if SECRET_VALUE in text:
             found.append(f"{name}: the grader's environment")
         leaked = sorted(h for h in hidden if h in text)

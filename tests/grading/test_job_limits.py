@@ -68,7 +68,8 @@ def test_no_output_keeps_a_line_of_a_hidden_test():
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell(
         "check(f)\n### BEGIN HIDDEN TESTS\n_hidden_rng = random.Random(20261130)\n"
-        "assert f(_hidden_rng.random()) == 3, 'f is wrong'\n### END HIDDEN TESTS\n")
+        "assert f(_hidden_rng.random()) == 3, 'f is wrong'\n### END HIDDEN TESTS\n",
+        metadata={"nbgrader": {"grade": True, "solution": False, "grade_id": "t", "points": 1}})
     cell.outputs = [
         nbformat.v4.new_output("stream", name="stdout",
                                text="the caller:\n_hidden_rng = random.Random(20261130)\nok\n"),
@@ -82,6 +83,16 @@ def test_no_output_keeps_a_line_of_a_hidden_test():
     assert nb.cells[0].outputs[1].traceback == [HIDDEN_LINE]
     assert nb.cells[0].outputs[1].evalue == "f is wrong"      # the test's own message stays
     assert nb.cells[0].outputs[2].data["text/plain"] == "short\n"
+    # a learner's cell that wraps the lines a failing run prints in hidden-test markers (r5,
+    # a15) hides nothing: hidden tests are read from the course's test cells only
+    fake = nbformat.v4.new_markdown_cell("### BEGIN HIDDEN TESTS\nNameError: name 'f' is not "
+                                         "defined\n### END HIDDEN TESTS\n")
+    out = nbformat.v4.new_code_cell("f")
+    out.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                          text="NameError: name 'f' is not defined\n")]
+    nb2 = nbformat.v4.new_notebook(cells=[fake, out])
+    assert hide_hidden_lines(nb2) == 0
+    assert nb2.cells[1].outputs[0].text == "NameError: name 'f' is not defined\n"
 
 
 def test_the_grading_processes_start_without_the_instructors_secrets(monkeypatch):
@@ -126,3 +137,26 @@ def test_a_format_width_bomb_is_not_evaluated_by_the_grader(source, unsafe):
                      "metadata": {"nbgrader": {"solution": True, "grade_id": "answer_q1"}}}]}
     values, refused = answer_values(nb)
     assert ("answer_q1" in refused) == unsafe, (values, refused)
+
+
+_NESTED = "\n".join(f"s{i} = f'{{s{i - 1}}}{{s{i - 1}}}{{s{i - 1}}}{{s{i - 1}}}'"
+                    for i in range(1, 30))
+
+
+@pytest.mark.parametrize("source, unsafe", [
+    # growth by small steps, each within the old per-operation checks (blind round r5)
+    ("x = [1]\n" + "x = x + x\n" * 40 + "answer_q1 = 1", True),
+    ("x = [[1, 2, 3]]\n" + "x = [x, x, x, x]\n" * 20 + "answer_q1 = 1", True),
+    ("s0 = 'z' * 1\n", True),
+    ("s0 = 'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz'\n" + _NESTED + "\nanswer_q1 = 1", True),
+    # honest answers stay evaluable
+    ("answer_q1 = round(7e9 * 16 / 1e9, 1)\nnote = f'{answer_q1} GB'\nx = [1, 2, 3] + [4]", False),
+    ("answer_q1 = [2 ** 10 * k for k in (1,)]", True),   # a comprehension is not evaluated
+])
+def test_every_value_the_grader_evaluates_is_size_checked(source, unsafe):
+    nb = {"cells": [{"cell_type": "code", "source": source,
+                     "metadata": {"nbgrader": {"solution": True, "grade_id": "answer_q1"}}}]}
+    values, refused = answer_values(nb)
+    assert ("answer_q1" in refused or "s0" in refused) == unsafe, (values, refused)
+    if not unsafe:
+        assert values["answer_q1"] == 112.0 and values["note"] == "112.0 GB"

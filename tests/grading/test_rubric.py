@@ -1227,8 +1227,8 @@ def test_single_choice():
     ("a, c", 1.0),
     ("C and A", 1.0),
     ({"a"}, 0.5),
-    (["a", "b"], 0.0),          # (1 - 1) / 2
-    (["a", "c", "b"], 0.5),     # (2 - 1) / 2
+    (["a", "b"], 0.0),          # 1/2 - 1/2
+    (["a", "c", "b"], 0.5),     # 2/2 - 1/2
     (["a", "b", "c", "d"], 0.0),  # ticking every box earns nothing
     ("a a c", 1.0),             # a repeated pick counts once
     ([], 0.0),
@@ -1568,3 +1568,24 @@ def test_no_fact_with_a_direction_fires_on_the_course_text(rid):
     rb = RUBRICS[rid]
     for text in (rb.model_answer, rb.explanation, *rb.course_text):
         assert not _direction_hits(rid, text), f"{rid}: {text[:120]}"
+
+
+def test_ticking_every_box_scores_nothing_however_many_options_are_right():
+    """Blind hostile round r5 (a07): with three right options of four, "a and b and c and d"
+    scored (3 - 1) / 3 = 0.67. Each wrong pick now costs a share of the wrong options, and a
+    label that is no option is a wrong pick."""
+    from memlab.grading.answers.choices import grade_choice
+
+    opts = ["a", "b", "c", "d"]
+    assert grade_choice("a and b and c and d", ["a", "b", "c"], options=opts).score == 0
+    assert grade_choice("a/b/c/d/e", ["a", "b", "c"], options=opts).score == 0
+    assert grade_choice(["a", "b", "c"], ["a", "b", "c"], options=opts).score == 1
+    assert grade_choice("a", ["a", "b", "c"], options=opts).score == pytest.approx(1 / 3)
+    assert grade_choice("a, b, e", ["a", "b", "c"], options=opts).score == 0  # e: no option
+    assert grade_choice("a, d", ["a", "d"], options=["a", "b", "c", "d", "e"]).score == 1
+    assert grade_choice("a, b, d", ["a", "d"], options=["a", "b", "c", "d", "e"]).score == \
+        pytest.approx(1 - 1 / 3)
+    # all but one option, the one left out wrong (r5 again, after the first fix): still a hedge
+    assert grade_choice("a and b and c and d and e", ["a", "c", "e"], options="abcdef").score == 0
+    # ... unless the key itself is all but one option
+    assert grade_choice("a, b, c, d", ["a", "b", "c", "d"], options="abcde").score == 1

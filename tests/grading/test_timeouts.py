@@ -12,7 +12,8 @@ import time
 
 from memlab.autograde.batch.timeouts import Ledger, autograde_preprocessors, LedgerExecute
 from memlab.autograde.security import verdict
-from memlab.autograde.security.cells import STOP_PREFIX, STOPPED_BY_KERNEL, fresh_namespace, run_cell
+from memlab.autograde.security.cells import (STOP_PREFIX, STOPPED_BY_KERNEL, fresh_namespace,
+                                             run_cell)
 
 
 def test_a_stop_file_ends_the_re_runs_cell_at_once(tmp_path):
@@ -94,3 +95,29 @@ def test_autograde_runs_the_ledger_execute_in_place_of_nbgraders():
 
     pps = autograde_preprocessors()
     assert LedgerExecute in pps and Execute not in pps and len(pps) == 7
+
+
+def test_a_hidden_test_leaves_no_source_for_the_code_it_calls():
+    """Blind hostile round r5 (a01, a02): learner code read the hidden tests from IPython's
+    history (In) and, called by a hidden test, its caller's line from linecache (a warning's
+    frame), and printed them reversed into the feedback. LedgerExecute runs a hidden test
+    with FORGET_SOURCE first and store_history=False: an IPython shell shows what is left."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from memlab.autograde.batch.timeouts import FORGET_SOURCE
+
+    shell = InteractiveShell()
+    shell.run_cell("def spy():\n    import sys, linecache\n    f = sys._getframe(1)\n"
+                   "    return linecache.getline(f.f_code.co_filename, f.f_lineno)\n")
+    hidden = "### BEGIN HIDDEN TESTS\nseen = spy()  # THE_HIDDEN_LINE\n### END HIDDEN TESTS\n"
+    assert shell.run_cell(FORGET_SOURCE + hidden, store_history=False).success
+    assert shell.user_ns["seen"] == ""
+    assert not any("THE_HIDDEN_LINE" in text for text in shell.user_ns["In"])
+    import linecache
+
+    cells = {k: v for k, v in linecache.cache.items() if not os.path.isfile(k)}  # not this file
+    assert not any("THE_HIDDEN_LINE" in "".join(v[2]) for v in cells.values()
+                   if isinstance(v, tuple) and len(v) > 2)
+    # without it, the same call reads the line (what the test guards against)
+    shell.run_cell(hidden)
+    assert "THE_HIDDEN_LINE" in shell.user_ns["seen"]

@@ -187,7 +187,8 @@ def test_the_readme_commands_complete_the_round_trip(tmp_path):
         if comment.startswith("# (the student opens"):  # then the student's next lines
             nb_path = home / A / f"{A}.ipynb"
             nb = nbformat.read(nb_path, as_version=4)
-            [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tensor_bytes"]
+            [cell] = [c for c in nb.cells
+                      if c.metadata.get("nbgrader", {}).get("grade_id") == "tensor_bytes"]
             cell.source = CORRECT.strip()
             nbformat.write(nb, nb_path)
         for line in lines:

@@ -169,9 +169,41 @@ def _bounded(op: ast.operator, a: Any, b: Any) -> None:
 _WIDE_PERCENT = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\d{4,}|\*)|%[^a-zA-Z%]*\.(?:\d{4,}|\*)")
 
 
+MAX_TEXT = 20_000       # characters of one evaluated string
+MAX_ITEMS = 10_000      # items of one evaluated value, nested containers counted whole
+
+
+def _sized(v: Any) -> Any:
+    """``v`` if it is small enough to keep in the grader's own process, else :class:`_Unsafe`:
+    every value the evaluator makes is measured, so no chain of small steps (a list added to
+    itself forty times, f-strings nested in f-strings) can grow past the limits."""
+    budget = [MAX_ITEMS]
+
+    def walk(x: Any) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _Unsafe("a value with too many items")
+        if isinstance(x, str) and len(x) > MAX_TEXT:
+            raise _Unsafe("a very long string")
+        if isinstance(x, int) and not isinstance(x, bool) and _bits(x) > MAX_BITS:
+            raise _Unsafe("a very large number")
+        if isinstance(x, (list, tuple, set)):
+            if len(x) > budget[0]:
+                raise _Unsafe("a value with too many items")
+            for item in x:
+                walk(item)
+
+    walk(v)
+    return v
+
+
 def _safe_eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
-    """Evaluate literals, arithmetic, f-strings and a few pure functions; nothing else."""
+    """Evaluate literals, arithmetic, f-strings and a few pure functions; nothing else. Every
+    value made on the way is size-checked (:func:`_sized`)."""
     def ev(n: ast.AST) -> Any:
+        return _sized(ev_node(n))
+
+    def ev_node(n: ast.AST) -> Any:
         if isinstance(n, ast.Constant) and type(n.value) in (str, int, float, bool, type(None)):
             return n.value
         if isinstance(n, ast.Name) and n.id in env:

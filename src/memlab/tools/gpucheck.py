@@ -507,7 +507,8 @@ def run_allocator_model_check(device: torch.device,
             predicted = replay(snap, device=device.index or 0)
             row["model_cuda_trace"] = predicted.peak_reserved
             row["model_cuda_trace_allocated"] = predicted.peak_allocated
-            row.update(_same_allocations(allocations(cpu_snap), allocations(snap, device.index or 0)))
+            row.update(_same_allocations(allocations(cpu_snap),
+                                         allocations(snap, device.index or 0)))
             del step, tracked, snap
     except Exception as exc:  # record, go on: the report says what failed
         row["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"

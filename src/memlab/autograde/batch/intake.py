@@ -172,6 +172,29 @@ def _plain_types(nb) -> list[str]:
     return reasons
 
 
+MAX_CELLS = 2_000        # a notebook of the course has under 200; a submission may add many
+MAX_REASONS = 40         # per notebook: the first ones said, the rest counted
+
+
+def _capped(reasons: list[str], name: str) -> list[str]:
+    """At most MAX_REASONS of one notebook's reasons, then how many more there were: a
+    submission cannot fill the class's reports with its own lines."""
+    if len(reasons) <= MAX_REASONS:
+        return reasons
+    return reasons[:MAX_REASONS] + [f"{name}.ipynb: {len(reasons) - MAX_REASONS} more repairs "
+                                    "of the same kind, not listed"]
+
+
+def plain_text(text: object) -> str:
+    """``text`` as one line of plain characters: no control, format (bidirectional overrides,
+    zero-width joiners), private-use or surrogate characters, no line or paragraph separators:
+    what a learner's process wrote cannot reorder or hide the words of a report around it."""
+    import unicodedata
+
+    return "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch
+                   for ch in str(text) if unicodedata.category(ch) not in ("Cf", "Co", "Cs"))
+
+
 def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
     """Repair what can be repaired in the submitted folder ``dest``; return the reasons."""
     import nbformat
@@ -184,10 +207,9 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
             reasons.append(why)
         if nb is None:
             continue
-        reasons += _plain_types(nb)
         released = nbformat.read(str(release_dir / f"{name}.ipynb"), as_version=4)
-        reasons += _restore_grade_cells(nb, released)
-        reasons += _drop_execution_tags(nb)
+        reasons += _capped(_plain_types(nb) + _restore_grade_cells(nb, released)
+                           + _drop_execution_tags(nb), name)
         for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
             cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
         nbformat.write(nb, str(path))
@@ -225,6 +247,10 @@ def _read_submitted(path: Path, name: str) -> tuple[Any, str]:
         nb = nbformat.read(str(path), as_version=4)
         if not isinstance(nb.get("cells"), list):
             raise ValueError("no cell list")
+        if len(nb["cells"]) > MAX_CELLS:
+            path.unlink()
+            return None, (f"{name}.ipynb has {len(nb['cells'])} cells, more than {MAX_CELLS}: "
+                          "not graded, scores 0")
     except Exception as exc:  # malformed JSON, wrong schema
         path.unlink()
         first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memlab.autograde import decisions
+from memlab.autograde.batch.intake import plain_text
 
 
 @dataclass
@@ -56,7 +57,8 @@ def _said(text: object, n: int = 160) -> str:
     """What a learner's process wrote (an error message, a line its output held), quoted: one
     line, none of the report's own separators (``;``), at most ``n`` characters. It can say
     anything ("all tests pass; decided by the instructor"), so it never reads as the report's."""
-    t = " ".join(str(text).split()).replace(";", ",").replace("\u00ab", "<").replace("\u00bb", ">")
+    t = " ".join(plain_text(text).split()).replace(";", ",").replace("\u00ab", "<").replace(
+        "\u00bb", ">")
     return "\u00ab" + (t[:n] + "..." if len(t) > n else t) + "\u00bb"
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from memlab.autograde.security.audit import REVIEW_PREFIX as REVIEW_MARKER
 from memlab.autograde.security.audit import _meta
 from memlab.autograde.batch import timeouts
-from memlab.autograde.batch.intake import _read_tree, _write_tree, remove_tree
+from memlab.autograde.batch.intake import _read_tree, _write_tree, plain_text, remove_tree
 from memlab.grading.answers.result import REVIEW_HEAD as RUBRIC_REVIEW_HEAD
 
 GUARD_MARKER = "grading guard:"   # memlab.grading.guard's messages start with it
@@ -35,7 +35,7 @@ MAX_RESULT_FILE_BYTES = 200 * 1024 ** 2  # an autograded/feedback file larger th
 
 
 def _first_line(text: str, n: int = 140) -> str:
-    text = " ".join(str(text).split())
+    text = " ".join(plain_text(text).split())
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
@@ -90,7 +90,14 @@ def _scan(nb_path: Path) -> dict:
                           .rstrip(": ") if errors else ""),
                 "stderr": _first_line(stderr, 100) if stderr.strip() else "",
             }
-    return {"tests": tests, "events": events, "reviews": reviews, "guards": sorted(set(guards))}
+    return {"tests": tests, "events": _at_most(events), "reviews": _at_most(reviews),
+            "guards": _at_most(sorted(set(guards)))}
+
+
+def _at_most(lines: list[str], n: int = 40) -> list[str]:
+    """The first ``n`` of a notebook's lines of one kind, then how many more: a kernel that
+    prints thousands of review marks fills no report."""
+    return lines if len(lines) <= n else lines[:n] + [f"... and {len(lines) - n} more, not listed"]
 
 
 def _seal(folder: Path) -> list[str]:

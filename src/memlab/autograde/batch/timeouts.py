@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 
 from memlab.autograde.security.cells import STOP_PREFIX
@@ -81,10 +82,23 @@ class Ledger:
 
 CURRENT: Ledger | None = None  # the job of this process (one job per grading child)
 
+# A hidden test runs in the learner's kernel (its outputs are the feedback) with nothing of its
+# source left for the learner's code it calls: not stored in IPython's history (In, _ih, _i:
+# store_history=False) and its own entry dropped from linecache before its first line (a
+# warning's frame or a traceback of the caller reads the line from there). The verdict is the
+# re-run's or the judge's, where nothing the learner's process prints reaches a student.
+HIDDEN_MARK = "### BEGIN HIDDEN TESTS"
+FORGET_SOURCE = ("import linecache as _memlab_lc, sys as _memlab_sys; "
+                 "_memlab_f = _memlab_sys._getframe().f_code.co_filename; "
+                 "_memlab_lc.cache.pop(_memlab_f, None); "
+                 "getattr(_memlab_lc, '_ipython_cache', {}).pop(_memlab_f, None); "
+                 "del _memlab_lc, _memlab_sys, _memlab_f\n")
+
 
 class LedgerExecute(Execute):
     """nbgrader's Execute preprocessor, stopped early on a graded cell whose re-run already ran
-    past the per-cell limit, and telling the re-run when the kernel does (module docstring)."""
+    past the per-cell limit, and telling the re-run when the kernel does (module docstring);
+    hidden tests run without their source in reach (:data:`FORGET_SOURCE`)."""
 
     poll_seconds = 0.5
 
@@ -96,17 +110,29 @@ class LedgerExecute(Execute):
                                  store_history=True) -> Any:
         gid = _grade_id(cell)
         ledger = CURRENT
-        if ledger is None or not gid or cell.get("cell_type") != "code":
-            return await super().async_execute_cell(cell, cell_index, execution_count,
-                                                    store_history)
-        self._cell_gid = gid
-        watcher = asyncio.ensure_future(self._watch(ledger, gid))
+        source = cell.get("source")
+        hidden = cell.get("cell_type") == "code" and isinstance(source, str) \
+            and HIDDEN_MARK in source
+        if hidden:  # the learner's code it calls finds neither its source nor its history
+            cell["source"], store_history = FORGET_SOURCE + source, False
+        watcher = None
+        if ledger is not None and gid and cell.get("cell_type") == "code":
+            self._cell_gid = gid
+            watcher = asyncio.ensure_future(self._watch(ledger, gid))
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
         finally:
-            watcher.cancel()
-            self._cell_gid = None
+            if watcher is not None:
+                watcher.cancel()
+                self._cell_gid = None
+            if hidden:
+                cell["source"] = source
+
+    # nbclient binds execute_cell = run_sync(async_execute_cell) in its class body, to ITS
+    # coroutine: without this line the override above is never called (nbconvert's
+    # preprocess_cell calls execute_cell)
+    execute_cell = run_sync(async_execute_cell)
 
     async def _watch(self, ledger: Ledger, gid: str) -> None:
         while not ledger.has_rerun_timed_out(self._notebook, gid):

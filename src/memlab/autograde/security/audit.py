@@ -638,6 +638,13 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in ("format", "format_map") and not (
+                isinstance(f.value, ast.Constant) and isinstance(f.value.value, str)):
+            # a template put together at run time ('{0.__glo' + 'bals__}') reads any attribute
+            # its fields name; a literal template is checked as a string (visit_Constant)
+            self.flag(node, "introspection",
+                      f".{f.attr}() of a template that is not a string literal (its fields "
+                      "can read attributes)")
         if isinstance(f, ast.Name):
             self._called.add(id(f))
         if isinstance(f, ast.Attribute) and (f.attr in MUTATORS or (

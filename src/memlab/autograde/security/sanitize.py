@@ -86,6 +86,43 @@ _MATHJAX_MACROS = re.compile(
     r"Space|strut|boxed|fbox|raisebox|textcolor|pagecolor)(?![A-Za-z])", re.I)
 
 
+# TeX in a learner's markdown is judged by an allow-list: the control words of plain math keep
+# their backslash, every other one loses it (MathJax then typesets the word), so no macro that
+# draws, sizes, colours, moves or encloses (\enclose, \Huge, \negthinspace...) is missed by
+# a list of what to forbid. Control symbols: the spacing and escapes of plain math only (not
+# the negative space \!).
+_TEX_ALLOWED = frozenset("""
+alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi pi
+varpi rho varrho sigma varsigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi
+Pi Sigma Upsilon Phi Psi Omega frac dfrac tfrac sqrt cdot times div pm mp le leq ge geq ne neq
+approx sim simeq equiv propto infty sum prod int log ln exp sin cos tan max min lim to
+rightarrow leftarrow Rightarrow Leftarrow leftrightarrow mapsto in notin subset subseteq cup cap
+ldots cdots dots vdots ddots left right big Big bigl bigr Bigl Bigr mathrm mathbf mathit mathcal
+mathbb mathsf mathtt text textrm textbf textit operatorname hat bar tilde vec dot ddot overline
+underline lceil rceil lfloor rfloor langle rangle quad qquad partial nabla forall exists prime
+circ star ast mid vert Vert lvert rvert lVert rVert binom begin end aligned cases matrix pmatrix
+bmatrix top gg ll sqcup oplus otimes odot cdotp colon
+""".split())
+_TEX_WORD = re.compile(r"((?:\\|&#0*92;?|&#x0*5c;?|&bsol;|&Backslash;)+)\s*([A-Za-z]+)", re.I)
+_TEX_SYMBOL = re.compile(r"(?:\\|&#0*92;?|&#x0*5c;?|&bsol;|&Backslash;)+(?=[!/])", re.I)
+
+
+def _tex_allowed(text: str) -> str:
+    """``text`` with every TeX control word outside :data:`_TEX_ALLOWED` (and the negative space
+    ``\\!``) stripped of its backslash, however the backslash is written."""
+    text = _TEX_WORD.sub(lambda m: m.group(0) if m.group(2) in _TEX_ALLOWED else m.group(2), text)
+    return _TEX_SYMBOL.sub("", text)
+
+
+_IMAGE = re.compile(r"<img\b[^>]*>|!\[([^\]]*)\]\([^)]*\)", re.I)
+
+
+def _no_images(text: str) -> str:
+    """A learner's markdown without its images (a drawn "PASS" badge under a failing test reads
+    as the grader's): each is replaced by its alt text, marked."""
+    return _IMAGE.sub(lambda m: f"[image removed: {m.group(1) or 'learner image'}]", text)
+
+
 def _safe_target(target: str) -> bool:
     """A link target kept as it is: http(s), mailto, or one without a scheme (a relative
     link, an anchor). Judged after decoding entities and %-escapes and dropping whitespace
@@ -110,6 +147,7 @@ def clean_markdown(text: object) -> str:
 
     out = _LINK.sub(fix, out)
     out = _MATHJAX_MACROS.sub(lambda m: m.group(1), _drop_mathjax_links(out))
+    out = _tex_allowed(out)
     # a bare URL is made a link by the renderer (nbconvert's markdown autolinks it): defanged
     return _BARE_URL.sub(lambda m: m.group(1) + "[:]//", out)
 
@@ -183,10 +221,14 @@ def sanitize_notebook(nb, release_sources: set[str] | frozenset[str] = frozenset
     for cell in nb.cells:
         for out in cell.get("outputs", []) or []:
             changed += _clean_output(out)
-        if cell.cell_type in ("markdown", "raw") and cell.source not in release_sources:
-            cleaned = clean_markdown(cell.source)
+        learners = cell.cell_type in ("markdown", "raw") and cell.source not in release_sources
+        if learners:
+            cleaned = _no_images(clean_markdown(cell.source))
             if cleaned != cell.source:
                 cell.source = cleaned
+                changed += 1
+            if cell.get("attachments"):
+                cell["attachments"] = {}
                 changed += 1
         attachments = cell.get("attachments")
         if isinstance(attachments, dict):
@@ -202,6 +244,12 @@ def sanitize_notebook(nb, release_sources: set[str] | frozenset[str] = frozenset
     return changed
 
 
+def _is_test_cell(cell) -> bool:
+    meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+    return (cell.get("cell_type") == "code" and isinstance(meta, dict) and bool(meta.get("grade"))
+            and not meta.get("solution"))
+
+
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*$(.*?)^[ \t]*### END HIDDEN TESTS", re.M | re.S)
 HIDDEN_LINE = "[a line of a hidden test: removed]"
 
@@ -214,7 +262,11 @@ def hide_hidden_lines(nb, min_chars: int = 12) -> int:
     outputs changed. A test's own messages are evaluated strings, not its source lines."""
     sources = [cell.source if isinstance(cell.source, str) else "".join(cell.source)
                for cell in nb.cells]
-    hidden = {line.strip() for src in sources for block in _HIDDEN.findall(src)
+    # hidden tests live in the course's test cells only (restored from the release before
+    # grading): a learner's cell that writes "### BEGIN HIDDEN TESTS" around the lines a failing
+    # submission prints must not get them scrubbed from the report
+    tests = [src for cell, src in zip(nb.cells, sources) if _is_test_cell(cell)]
+    hidden = {line.strip() for src in tests for block in _HIDDEN.findall(src)
               for line in block.splitlines() if len(line.strip()) >= min_chars}
     public = "\n".join(_HIDDEN.sub("", src) for src in sources)
     hidden = {h for h in hidden if h not in public}   # what the notebook shows anyway stays

@@ -201,7 +201,8 @@ def _timeouts_heard(key: str, on_timeout: Callable[[str], None] | None):
 
     def heard(line: bytes) -> None:
         item = _signed(line.decode("utf-8", "replace"), key)
-        if isinstance(item, dict) and list(item) == ["timeout"] and isinstance(item["timeout"], str):
+        if isinstance(item, dict) and list(item) == ["timeout"] \
+                and isinstance(item["timeout"], str):
             on_timeout(item["timeout"])
 
     return heard

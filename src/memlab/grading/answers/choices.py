@@ -61,8 +61,11 @@ def grade_choice(
 
     Single choice (``correct`` a str): 1 for the right label, else 0; picking several is 0.
     Multiple choice (``correct`` a list/set, or ``multiple=True``): score =
-    (right picks - wrong picks) / number of right options, clipped at 0, so ticking every
-    box earns nothing. ``answer`` may be a label, a list/set of labels, or a string such as
+    right picks / number of right options - wrong picks / number of wrong options (without
+    ``options``: / number of right options), clipped at 0, so ticking every box earns nothing
+    however many options are right; with five options or more, ticking all of them but one
+    scores 0 too (unless the key itself is all but one). ``answer`` may be a label, a
+    list/set of labels, or a string such as
     ``"a, c"``. ``options`` (labels, or a label -> text mapping) lets unknown labels be
     named in the feedback. ``reveal=False`` keeps the right answer out of the feedback.
     """
@@ -100,10 +103,18 @@ def grade_choice(
         lines.insert(0, "correct" if ok else "not correct" + (f": the answer is {shown}" if reveal else ""))
         return Result(1.0 if ok else 0.0, lines, kind="choice")
     hits = [c for c in chosen if c in right]
-    wrong = [c for c in chosen if c not in right]
-    score = max(0.0, (len(hits) - len(wrong)) / len(right))
+    wrong = [c for c in chosen if c not in right]   # a label that is no option is wrong too
+    # each wrong pick costs a share of the wrong options, as each right pick earns a share of
+    # the right ones: ticking every box (and more) scores 0 whatever the two counts
+    n_wrong = max(len(known - right), len(wrong), 1) if options is not None else len(right)
+    score = max(0.0, len(hits) / len(right) - len(wrong) / n_wrong)
     lines.insert(0, f"{len(hits)} of {len(right)} right options chosen, {len(wrong)} wrong "
-                    f"(score = (right - wrong) / {len(right)})")
+                    f"(score = right / {len(right)} - wrong / {n_wrong})")
+    if len(known) >= 5 and len(set(chosen) & known) >= len(known) - 1 > len(right):
+        # every option, or all but one: a hedge, not an answer (the option left out says
+        # nothing about the others)
+        score = 0.0
+        lines.insert(1, "nearly every option ticked: that is no answer, it scores 0")
     if reveal and score < 1.0:
         lines.append(f"the right options are {shown}")
     return Result(score, lines, kind="choice", found=tuple(hits),
