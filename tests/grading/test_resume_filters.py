@@ -121,7 +121,7 @@ def test_ctrl_c_leaves_nothing_behind_and_the_rerun_resumes(tmp_path):
         nbformat.write(nb, cls / student / A / f"{A}.ipynb")
     cmd = [sys.executable, "-m", "memlab.autograde", "--config",
            str(Path(api.coursedir.root) / "autograder" / "nbgrader_config.py"), "grade-class",
-           str(cls), "--out", str(out), "--workers", "1", "--cell-timeout", "15"]
+           str(cls), "--out", str(out), "--workers", "1", "--cell-timeout", "40"]
     env = dict(os.environ, TMPDIR=str(tmp))
     p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
@@ -130,7 +130,7 @@ def test_ctrl_c_leaves_nothing_behind_and_the_rerun_resumes(tmp_path):
                and list(tmp.glob("memlab-jobs-*/memlab-job-*"))):
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.2)
-    time.sleep(2)                     # b's kernel is in its loop
+    time.sleep(2)                     # b's kernel is in its loop (40 s: well past a loaded poll)
     os.killpg(p.pid, signal.SIGINT)
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130, stderr

@@ -26,7 +26,6 @@ from typing import Any, Callable
 # "NEEDS MANUAL REVIEW:" (as memlab.grading.interview.bank's)
 from memlab.autograde.security.audit import REVIEW_PREFIX as REVIEW_MARKER
 from memlab.autograde.security.audit import _meta
-from memlab.autograde.batch import timeouts
 from memlab.autograde.batch.intake import _read_tree, _write_tree, plain_text, remove_tree
 from memlab.grading.answers.result import REVIEW_HEAD as RUBRIC_REVIEW_HEAD
 
@@ -313,6 +312,7 @@ def _grade_in_child(job: dict, jobdir: Path, kernel_manager: str | None = None,
     import warnings
 
     from memlab.autograde import course
+    from memlab.autograde.batch import timeouts  # imports nbgrader: in the child only
 
     warnings.filterwarnings("ignore", message=".*not in session.*")
     t0 = time.monotonic()
@@ -570,6 +570,8 @@ class _VerdictRuns:
 
     @staticmethod
     def _timed_out(name: str) -> Callable[[str], None] | None:
+        from memlab.autograde.batch import timeouts
+
         ledger = timeouts.CURRENT
         return None if ledger is None else (lambda gid: ledger.rerun_timed_out(name, gid))
 

@@ -1,5 +1,5 @@
 """a13, written by the round's helper as a 13 MB patch; stored as the script that writes the
-same patch (tests/grading/test_hostile_blind.attack_notebook runs ``patch()`` where no JSON is):
+same patch (test_hostile_blind.py runs ``patch()`` where no JSON is):
 60,000 markdown cells after the release's, each with tags that are not a list and an
 unknown grade cell id."""
 

@@ -1,5 +1,5 @@
 """a24, written by the round's helper as a 9 MB patch; stored as the script that writes the
-same patch (tests/grading/test_hostile_blind.attack_notebook runs ``patch()`` where no JSON is):
+same patch (test_hostile_blind.py runs ``patch()`` where no JSON is):
 pathological markdown after the release's cells: 30,000 nested quotes, a list 3,000 levels
 deep, 20,000 unbalanced emphasis and link openers."""
 
