@@ -31,7 +31,11 @@ nh3 (the Python binding of the Rust sanitiser ammonia, https://github.com/messen
   ``javascript:`` href), and every macro that links, styles, draws or moves text over the page
   (``\\rule``, ``\\raise``, ``\\smash``, ``\\color``...), loads an extension or defines a
   macro (``\\let``, ``\\def``, ``\\newcommand``, ``\\require``...) loses its backslash, however
-  its backslash is written; in markdown cells, markdown and HTML outputs;
+  its backslash is written; beyond that list, TeX is judged by an allow-list: only the control
+  words of plain math keep their backslash (``\\enclose``, ``\\Huge``, ``\\!`` do not); in
+  markdown cells, markdown and HTML outputs;
+* the learner's markdown cells lose their images, inline and attached (a drawn "PASS" badge
+  under a failing test reads as the grader's);
 * output metadata: only a numeric ``width``/``height`` is kept (nbconvert writes them into the
   image tag unquoted: ``1 onerror=...`` became an event handler), everything else dropped.
 """
