@@ -29,16 +29,19 @@ def released_course(root: Path, names: list[str]) -> Path:
 KINDS = ("honest", "blank", "broken", "timeout")
 
 
-def mixed_class(root: Path, names: list[str], students: int,
-                dest: Path) -> dict[tuple[str, str], str]:
-    """Write the submissions under ``dest/<student>/<assignment>/`` (the course released under
-    ``root`` by :func:`released_course`): {(student, assignment): kind}."""
+def a_class(root: Path, names: list[str], students: int, dest: Path,
+            mixed: bool = False) -> dict[tuple[str, str], str]:
+    """Write a class's submissions under ``dest/<student>/<assignment>/`` (the course released
+    under ``root`` by :func:`released_course`): ``students`` honest ones (the solution
+    notebook) per assignment, and with ``mixed`` a blank, a broken and a looping one too.
+    Returns {(student, assignment): kind}."""
     import nbformat
 
     kinds: dict[tuple[str, str], str] = {}
     for name in names:
         who = [(f"student{i:02d}", "honest") for i in range(students)]
-        who += [("blank00", "blank"), ("broken00", "broken"), ("loop00", "timeout")]
+        if mixed:
+            who += [("blank00", "blank"), ("broken00", "broken"), ("loop00", "timeout")]
         for student, kind in who:
             folder = dest / student / name
             src = root / ("solutions" if kind == "honest" else "notebooks") / name

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
-from _course import mixed_class, released_course  # benchmarks/
+from _course import a_class, released_course  # benchmarks/
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--runs", default="1,2,dask", help="which of 1,2,dask to run (default all)")
     parser.add_argument("--mixed", action="store_true",
                         help="a realistic class: add a blank, a broken and a looping submission "
-                             "per assignment (benchmarks/_course.py mixed_class)")
+                             "per assignment (benchmarks/_course.py a_class)")
     args = parser.parse_args()
     every = _all_assignments()
     names = every if args.assignments == "all" else args.assignments.split(",")
@@ -136,16 +136,11 @@ def main() -> None:
     try:
         config = released_course(tmp / "course", names)
         subs = tmp / "class"
-        kinds = {}
-        if args.mixed:
-            kinds = mixed_class(tmp / "course", names, args.students, subs)
-        else:
-            for i in range(args.students):
-                for name in names:
-                    shutil.copytree(tmp / "course" / "solutions" / name, subs / f"student{i:02d}" / name)
-        n = len(kinds) or args.students * len(names)
+        kinds = a_class(tmp / "course", names, args.students, subs, args.mixed)
+        n = len(kinds)
         print(f"{args.students} students x {len(names)} assignments = {n} submissions per run"
-              + (" (with a blank, a broken and a looping submission per assignment)" if kinds else "")
+              + (" (with a blank, a broken and a looping submission per assignment)"
+                 if args.mixed else "")
               + f", {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
         wanted = set(args.runs.split(","))
         runs = [(label, s) for key, label, s in (

@@ -36,22 +36,9 @@ from pathlib import Path
 from memlab.autograde import course as instructor
 from memlab.autograde.batch.grade_class import GradeSettings, grade_class
 
-from _course import mixed_class, released_course  # benchmarks/
+from _course import a_class, released_course  # benchmarks/
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _submissions(tmp: Path, names: list[str], students: int, mixed: bool, dest: Path) -> dict:
-    """{(student, assignment): kind}: the class under ``dest`` (every student the solution, or
-    with ``mixed`` the honest ones plus a blank, a broken and a looping submission each)."""
-    if mixed:
-        return mixed_class(tmp, names, students, dest)
-    kinds = {}
-    for i in range(students):
-        for name in names:
-            shutil.copytree(tmp / "solutions" / name, dest / f"student{i:02d}" / name)
-            kinds[(f"student{i:02d}", name)] = "honest"
-    return kinds
 
 
 def _plain(tmp: Path, names: list[str], students: int, mixed: bool, timeout: int
@@ -62,7 +49,7 @@ def _plain(tmp: Path, names: list[str], students: int, mixed: bool, timeout: int
     api = instructor.make_api(config, overrides={"Execute": {"timeout": timeout}})
     cd = api.coursedir
     staged = tmp / "staged"
-    kinds = _submissions(tmp, names, students, mixed, staged)
+    kinds = a_class(tmp, names, students, staged, mixed)
     for (s, name) in kinds:
         shutil.copytree(staged / s / name, Path(cd.format_path(cd.submitted_directory, s, name)))
     t0 = time.monotonic()
@@ -81,7 +68,7 @@ def _layers(tmp: Path, names: list[str], students: int, workers: int, mixed: boo
             ) -> tuple[float, dict]:
     config = released_course(tmp, names)
     subs = tmp / "class"
-    _submissions(tmp, names, students, mixed, subs)
+    a_class(tmp, names, students, subs, mixed)
     t0 = time.monotonic()
     report = grade_class(subs, config_path=config, out=tmp / "report",
                          settings=GradeSettings(workers=workers, resume=False, cell_timeout=timeout),

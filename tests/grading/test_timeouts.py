@@ -3,17 +3,14 @@ without kernels. The whole path (a looping answer cell graded by grade-class) is
 test_grade_class.py::test_a_cell_that_never_ends_is_stopped_in_both_runs_at_once."""
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
 import threading
 import time
 
 from memlab.autograde.batch.timeouts import Ledger, autograde_preprocessors, LedgerExecute
 from memlab.autograde.security import verdict
-from memlab.autograde.security.cells import (STOP_PREFIX, STOPPED_BY_KERNEL, fresh_namespace,
-                                             run_cell)
+from memlab.autograde.security.cells import (STOP_PREFIX, STOPPED_BY_KERNEL, Report,
+                                             fresh_namespace, run_cell)
 
 
 def test_a_stop_file_ends_the_re_runs_cell_at_once(tmp_path):
@@ -60,9 +57,14 @@ def test_the_kernel_tells_the_re_run_only_through_a_plain_new_file(tmp_path):
 
 
 def _line(item: dict, key: str) -> bytes:
-    text = json.dumps(item)
-    return (text + "\t" + hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()
-            + "\n").encode()
+    """``item`` as the harness's own Report writes it (signed with ``key``)."""
+    r, w = os.pipe()
+    report = Report(w)
+    report.key = bytes.fromhex(key)
+    report.send(item)
+    report.stream.close()
+    with os.fdopen(r, "rb") as f:
+        return f.read()
 
 
 def test_the_re_runs_timeout_is_heard_as_it_comes_and_skipped_by_the_verdicts():

@@ -176,13 +176,11 @@ MAX_CELLS = 2_000        # a notebook of the course has under 200; a submission 
 MAX_REASONS = 40         # per notebook: the first ones said, the rest counted
 
 
-def _capped(reasons: list[str], name: str) -> list[str]:
-    """At most MAX_REASONS of one notebook's reasons, then how many more there were: a
-    submission cannot fill the class's reports with its own lines."""
-    if len(reasons) <= MAX_REASONS:
-        return reasons
-    return reasons[:MAX_REASONS] + [f"{name}.ipynb: {len(reasons) - MAX_REASONS} more repairs "
-                                    "of the same kind, not listed"]
+def at_most(lines: list[str], more: str, n: int = MAX_REASONS) -> list[str]:
+    """The first ``n`` of a notebook's lines of one kind, then ``more`` with how many were left
+    out (``{n}``): a submission cannot fill the class's reports with its own lines (its
+    repairs here, its kernel's review marks in the runner's scan)."""
+    return lines if len(lines) <= n else lines[:n] + [more.format(n=len(lines) - n)]
 
 
 def plain_text(text: object) -> str:
@@ -208,8 +206,9 @@ def _precheck(dest: Path, release_dir: Path, expected: list[str]) -> list[str]:
         if nb is None:
             continue
         released = nbformat.read(str(release_dir / f"{name}.ipynb"), as_version=4)
-        reasons += _capped(_plain_types(nb) + _restore_grade_cells(nb, released)
-                           + _drop_execution_tags(nb), name)
+        reasons += at_most(_plain_types(nb) + _restore_grade_cells(nb, released)
+                           + _drop_execution_tags(nb),
+                           f"{name}.ipynb: {{n}} more repairs of the same kind, not listed")
         for i, cell in enumerate(nb.cells):  # unique ids (nbgrader fails on duplicates)
             cell["id"] = f"c{i:04d}-{cell.get('id', '')}"[:64]
         nbformat.write(nb, str(path))

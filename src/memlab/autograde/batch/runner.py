@@ -26,7 +26,8 @@ from typing import Any, Callable
 # "NEEDS MANUAL REVIEW:" (as memlab.grading.interview.bank's)
 from memlab.autograde.security.audit import REVIEW_PREFIX as REVIEW_MARKER
 from memlab.autograde.security.audit import _meta
-from memlab.autograde.batch.intake import _read_tree, _write_tree, plain_text, remove_tree
+from memlab.autograde.batch.intake import (_read_tree, _write_tree, at_most, plain_text,
+                                           remove_tree)
 from memlab.grading.answers.result import REVIEW_HEAD as RUBRIC_REVIEW_HEAD
 
 GUARD_MARKER = "grading guard:"   # memlab.grading.guard's messages start with it
@@ -89,14 +90,9 @@ def _scan(nb_path: Path) -> dict:
                           .rstrip(": ") if errors else ""),
                 "stderr": _first_line(stderr, 100) if stderr.strip() else "",
             }
-    return {"tests": tests, "events": _at_most(events), "reviews": _at_most(reviews),
-            "guards": _at_most(sorted(set(guards)))}
-
-
-def _at_most(lines: list[str], n: int = 40) -> list[str]:
-    """The first ``n`` of a notebook's lines of one kind, then how many more: a kernel that
-    prints thousands of review marks fills no report."""
-    return lines if len(lines) <= n else lines[:n] + [f"... and {len(lines) - n} more, not listed"]
+    more = "... and {n} more, not listed"
+    return {"tests": tests, "events": at_most(events, more), "reviews": at_most(reviews, more),
+            "guards": at_most(sorted(set(guards)), more)}
 
 
 def _seal(folder: Path) -> list[str]:
