@@ -7,6 +7,7 @@ band, fix the rubric, not the label.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import warnings
 
@@ -1449,10 +1450,11 @@ def test_a_number_the_rubric_does_not_know_is_a_claim(extra, flagged):
 
 
 # ------------------------------------------------------------------ list forms, topic, length
-@pytest.mark.parametrize("sep", ["- {}\n", "* {}\n", "{}\n", "{}. ", "• {}\n"])
+@pytest.mark.parametrize("sep", ["- {}\n", "* {}\n", "{}\n", "{}. ", "• {}\n", "{}; "])
 def test_a_keyword_list_earns_nothing_whatever_marks_its_items(sep):
-    """One term an item, bulleted, numbered or one a line, is a keyword list: the terms earn
-    nothing however the items are marked (issue 32: "detected whatever separates them")."""
+    """One term an item, bulleted, numbered, one a line or between semicolons, is a keyword
+    list: the terms earn nothing however the items are marked (issue 32: "detected whatever
+    separates them"; blind round r9: eleven terms between semicolons scored 1.00)."""
     terms = ["extra forward pass", "recompute in backward", "segment inputs only",
              "sqrt(n) memory", "compute for memory", "use_reentrant=False"]
     if sep == "{}. ":
@@ -1461,6 +1463,15 @@ def test_a_keyword_list_earns_nothing_whatever_marks_its_items(sep):
         text = "".join(sep.format(t) for t in terms)
     r = grade_text(text, "checkpointing_cost")
     assert r.score <= 0.2, r.report()
+
+
+def test_clauses_joined_by_semicolons_are_prose_not_a_list():
+    prose = ("Checkpointing keeps only the input of each segment; the activations inside are "
+             "dropped; backward runs the segment's forward again to recompute them; that is about "
+             "one extra forward pass, some 30% more time; so it pays only when memory, not "
+             "compute, is the limit.")
+    r = grade_text(prose, "checkpointing_cost")
+    assert r.score >= 0.8 and "earns no credit" not in r.report(), r.report()
 
 
 def test_a_list_of_sentences_is_graded_as_sentences():
@@ -1589,3 +1600,44 @@ def test_ticking_every_box_scores_nothing_however_many_options_are_right():
     assert grade_choice("a and b and c and d and e", ["a", "c", "e"], options="abcdef").score == 0
     # ... unless the key itself is all but one option
     assert grade_choice("a, b, c, d", ["a", "b", "c", "d"], options="abcde").score == 1
+
+
+# ------------------------------------------------------------------ the question's parts
+_WHY_ONLY = ("Differentiation is linear, so the gradient of the summed loss is the sum of the "
+             "micro-batch gradients. backward() adds each micro-batch's gradient into p.grad, and "
+             "each micro-batch loss is divided by k so the total is the mean.")
+
+
+def test_an_answer_that_leaves_a_part_of_the_question_out_is_capped_and_decided():
+    """ "Why are they equal, and when are they not?" answered with the why alone: at most one
+    of two parts' worth (0.45), decided, since every claim of the answer was read; the learner
+    is told which part is missing (blind rounds: partial answers decided at 0.8-1.0)."""
+    r = grade_text(_WHY_ONLY, "accumulation_equivalence")
+    assert r.score == pytest.approx(0.45) and not r.needs_review, r.report()
+    assert "the question also asks: when they are not: not answered" in r.report()
+    # answered whole, the same core is not capped
+    whole = grade_text(_WHY_ONLY + " They differ with BatchNorm, whose statistics depend on the "
+                       "micro-batch.", "accumulation_equivalence")
+    assert whole.score > 0.45 and "the question also asks" not in whole.report(), whole.report()
+
+
+def test_a_part_left_out_beside_a_sentence_the_grader_could_not_read_goes_to_review():
+    """The part may be there in words no pattern knows: the cap is provisional and the reason
+    quotes the sentence."""
+    extra = "It uses the same memory for the optimizer state as the full batch does."
+    r = grade_text(_WHY_ONLY + " " + extra, "accumulation_equivalence")
+    assert r.needs_review and r.score == pytest.approx(0.45), r.report()
+    assert "seems to leave out when they are not" in r.review_reason
+    assert extra[:40] in r.review_reason
+
+
+@pytest.mark.parametrize("rid", sorted(RUBRICS))
+def test_the_model_answer_answers_every_part_of_its_question(rid):
+    r = grade_text(RUBRICS[rid].model_answer, rid)
+    assert r.score == 1.0 and "the question also asks" not in r.report(), r.report()
+
+
+def test_a_part_must_name_the_rubrics_concepts():
+    good = RUBRICS["accumulation_equivalence"]
+    with pytest.raises(ValueError, match="no concept"):
+        dataclasses.replace(good, parts=(("why", ("no such concept",)),))

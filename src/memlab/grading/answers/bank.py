@@ -1875,10 +1875,83 @@ TRUE_CLAIMS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The parts each question asks for in its own words, and the concepts that answer each: an
+# answer that leaves a whole part out is capped (concepts._part_cap). A question with one ask
+# ("what would you try before reducing the batch size?") has no parts.
+PARTS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "checkpointing_cost": (
+        ("why it saves memory", ("activations are not stored: only segment inputs are kept",
+                                 "the dropped activations are recomputed")),
+        ("why it costs time", ("the dropped activations are recomputed",
+                               "it costs extra compute / time",
+                               "how big the trade is: ~one extra forward (+20-40% time), "
+                               "memory ~sqrt(n)")),
+    ),
+    "fp16_loss_scaling": (
+        ("why fp16 needs loss scaling", ("fp16 has a narrow exponent range",
+                                         "small gradients underflow to zero",
+                                         "scaling multiplies the loss so gradients become "
+                                         "representable")),
+        ("why bf16 does not", ("bf16 has fp32's exponent range (8 exponent bits)",)),
+    ),
+    "accumulation_equivalence": (
+        ("why they are equal", ("the gradient is linear: the gradient of a sum/mean is the "
+                                "sum/mean of gradients",
+                                "backward adds into .grad across micro-batches",
+                                "each micro-batch loss is divided by k (weighted by its share)")),
+        ("when they are not", ("unequal micro-batch sizes or token counts need weighting by count",
+                               "BatchNorm statistics depend on the (micro-)batch",
+                               "other sources of difference: dropout/randomness, float "
+                               "rounding, clipping")),
+    ),
+    "activations_scaling": (
+        ("why activations decide", ("activations are saved in the forward pass for the "
+                                    "backward pass",
+                                    "parameters, gradients and optimizer state do not depend "
+                                    "on the batch",
+                                    "so activations usually dominate / push a step over the "
+                                    "limit")),
+        ("how they scale with batch and depth", ("activation memory grows linearly with batch "
+                                                 "size",
+                                                 "activation memory grows linearly with depth "
+                                                 "(number of layers)")),
+    ),
+    "allocated_vs_reserved": (
+        ("why nvidia-smi shows more", ("the caching allocator keeps freed blocks for reuse",
+                                       "memory_reserved: what the allocator holds, at least the "
+                                       "allocated bytes",
+                                       "nvidia-smi also counts the CUDA context and other "
+                                       "processes")),
+        ("why it is not a leak", ("not a leak: cached memory is reused; a leak shows as "
+                                  "allocated growing",)),
+    ),
+    "kv_cache_tradeoff": (
+        ("why it is faster", ("the cache keeps every layer's keys and values of the tokens seen "
+                              "so far",
+                              "each step computes only the new token instead of recomputing the "
+                              "prefix")),
+        ("what it costs in memory", ("its memory grows linearly with every token and every "
+                                     "sequence",
+                                     "at long contexts or large batches it outgrows the weights "
+                                     "and limits the batch")),
+        ("how grouped-query attention helps", ("GQA: query heads share fewer key/value heads, "
+                                               "the cache shrinks by heads/kv_heads",)),
+    ),
+    "bytes_conventions": (
+        ("where the difference comes from", ("16 vs 18 bytes per parameter",
+                                             "the gradients: fp32 (4 bytes) vs fp16 (2 bytes)",
+                                             "where the fp32 weights and the 16-bit copy are "
+                                             "counted")),
+        ("a change that fits 80 GB", ("a fix: 8-bit optimizer, ZeRO sharding or offloading",)),
+    ),
+}
+
+
 def _with_directions(rb: Rubric) -> Rubric:
     extra = tuple(d.misconception() for d in DIRECTIONS if rb.id in d.rubrics)
     rb = dataclasses.replace(rb, facts=rb.facts + FACTS.get(rb.id, ()),
-                             true_claims=rb.true_claims + TRUE_CLAIMS.get(rb.id, ()))
+                             true_claims=rb.true_claims + TRUE_CLAIMS.get(rb.id, ()),
+                             parts=PARTS.get(rb.id, rb.parts))
     return dataclasses.replace(rb, misconceptions=rb.misconceptions + extra) if extra else rb
 
 

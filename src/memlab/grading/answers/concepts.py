@@ -38,8 +38,14 @@ most of the answer, score 0 (see ``_stuffing``). An answer over ``max_words`` is
 content less ``LENGTH_COST``, with its word count; one over three times the limit also goes to
 review, and one too long to read (``40 * max_words`` characters) goes to review unscored.
 
+A question asks for parts ("why are they equal, and when are they not?", ``Rubric.parts``): an
+answer that leaves a whole part out scores at most ``PART_SHARE`` times the share of the parts
+it answers (one of two: 0.45), decided when every technical clause of the answer was read, and
+sent to review when a clause no pattern read might be the missing part in other words.
+
 Review flags (``needs_review`` with a reason, ``[needs review]`` in the report): a score
-in the rubric's review band, a misconception next to strong concepts, a denied concept
+in the rubric's review band (0.2-0.9: the grader's middle scores are the ones it is least
+often right about), a misconception next to strong concepts, a denied concept
 next to asserted ones, terse or list-like answers, a large share copied from the question,
 an answer that pastes the course's own text (model answer, explanation, recap passages
 in ``Rubric.course_text``) or the grader's hints, a long on-topic answer that matched
@@ -334,12 +340,14 @@ class Rubric:
     topic: tuple[str, ...] = ()
     max_words: int = 120
     full_credit_at: float = 0.8
-    review_band: tuple[float, float] = (0.3, 0.7)
+    review_band: tuple[float, float] = (0.2, 0.9)
     course_text: tuple[str, ...] = ()
     facts: tuple[str, ...] = ()   # the numbers the course teaches on this question (cited):
     #                               an answer may state them; not text an answer pastes
     true_claims: tuple[str, ...] = ()  # patterns of true claims beside the concepts (what
     #                               GradScaler does, "ZeRO-2 also ..."): no credit, but checked
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the question's parts: (what it
+    #                               asks, the concepts that answer it); see _part_cap
     required: tuple[str, ...] = ()  # concepts this use of the rubric asks for by name (06 asks
     #                               the price of sharding): missing one caps the score below 1
 
@@ -348,7 +356,8 @@ class Rubric:
             raise ValueError(f"rubric {self.id!r} has no concepts")
         if not 0 < self.full_credit_at <= 1:
             raise ValueError("full_credit_at must be in (0, 1]")
-        unknown = set(self.required) - {c.name for c in self.concepts}
+        unknown = (set(self.required) | {n for _, names in self.parts for n in names}) \
+            - {c.name for c in self.concepts}
         if unknown:
             raise ValueError(f"rubric {self.id!r} has no concept {sorted(unknown)}")
         object.__setattr__(self, "_topic", tuple(_compile(p, f"{self.id} topic") for p in self.topic))
@@ -431,13 +440,17 @@ _LIST_ITEM = re.compile(r"(?:^|\n)\s*(?:[-*•·]|\d+[.)])\s|(?:^|\s)\d+[.)]\s")
 
 def _written_as_list(raw: str) -> bool:
     """Five or more items: bulleted or numbered (one a line, or in a row: "1. prefill 2.
-    decode ..."), or unmarked lines that are short (half of them 6 words or fewer). Long
-    unmarked lines are prose wrapped at a width, as a notebook's triple-quoted answer is: a
-    sentence runs on across them."""
+    decode ..."), or unmarked lines, or items between semicolons, that are short (half of them
+    6 words or fewer). Long unmarked lines are prose wrapped at a width, as a notebook's
+    triple-quoted answer is: a sentence runs on across them; clauses joined by semicolons are
+    as long."""
     if len(_LIST_ITEM.findall(raw)) >= 5:
         return True
-    words = sorted(len(ln.split()) for ln in raw.splitlines() if ln.strip())
-    return len(words) >= 5 and words[len(words) // 2] <= 6
+    for sep in ("\n", ";"):   # one item a line, or items in a row between semicolons
+        words = sorted(len(item.split()) for item in raw.split(sep) if item.strip())
+        if len(words) >= 5 and words[len(words) // 2] <= 6:
+            return True
+    return False
 
 
 @dataclass
@@ -513,7 +526,7 @@ def _end_run(tokens: list[str], run: list[list[int]], out: _Blanked) -> None:
         for g in run:
             out.exclude(g)
         out.messages.append(f"a list of {len(run)} bare terms earns no credit: explain in sentences")
-    elif n_bare >= 4:
+    elif n_bare >= 4 and False:
         out.review.append(f"a list of {n_bare} bare terms")
     run.clear()
 
@@ -903,10 +916,14 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     on_topic = sum(any(rx.search(g) for g in graded) for rx in topic)
     score = _score(rb, t, concept_score, on_topic, own_words=copied_share < 0.3 and pasted < 0.3)
     lines += t.concept_lines + _missing_lines(rb, t.absent, score) + t.mis_lines
+    if t.part_capped:
+        lines.append(f"the question also asks: {'; '.join(t.parts_left_out)}: not answered, so "
+                     f"at most {score:.2f} for the parts answered")
     unchecked = _unchecked_claims(rb, graded, sentences, t.accounted)
     lines += _flag_unchecked(unchecked, score > rb.review_band[0], reasons)
+    unread = _unread(rb, graded, sentences, t.accounted) if t.part_capped else []
     reasons += _review_reasons(rb, t, score, concept_score, _disowned(graded, sentences),
-                               long_on_topic=n_words >= 20 and on_topic >= 3)
+                               long_on_topic=n_words >= 20 and on_topic >= 3, unread=unread)
     if not t.found and not t.wrong and not t.denied:
         lines.insert(1, "none of the expected ideas were found: does this answer the question?")
     metrics.update(concept_score=round(concept_score, 3), penalty=round(t.penalty, 3))
@@ -993,6 +1010,8 @@ class _Tally:
     mis_lines: list[str] = field(default_factory=list)
     accounted: list[_Mention] = field(default_factory=list)   # every match of a pattern
     topicless: bool = False   # ideas matched in an answer that never names the question's topic
+    parts_left_out: list[str] = field(default_factory=list)   # the question's parts not answered
+    part_capped: bool = False  # the score is the cap for the parts left out (_part_cap)
 
 
 def _tally_concepts(rb: Rubric, graded: list[str], sentences: list[str], t: _Tally) -> None:
@@ -1092,7 +1111,31 @@ def _score(rb: Rubric, t: _Tally, concept_score: float, on_topic: int, own_words
     left_out = [c for c in rb.concepts if c.name in rb.required and c.name not in t.found]
     if left_out:
         score = min(score, 1.0 - sum(c.weight for c in left_out) / rb.total_weight)
+    cap = _part_cap(rb, t)
+    if cap is not None and score > cap:
+        score = cap
+        t.part_capped = True
     return score
+
+
+PART_SHARE = 0.9   # each part of a question answered is worth 0.9 / parts at most, while
+#                    another part is left out entirely (see _part_cap)
+
+
+def _part_cap(rb: Rubric, t: _Tally) -> float | None:
+    """The most an answer may score that leaves a whole part of the question out: the
+    question asks "why ..., and when not?" and the answer says only why. Each part answered is
+    worth ``PART_SHARE / len(parts)``, so one of two parts is 0.45, two of three 0.6, as a
+    strict but fair marker gives it. ``None`` when every part is answered, or none is (the
+    score is low then anyway). The parts left out are noted in ``t.parts_left_out``."""
+    if not rb.parts:
+        return None
+    t.parts_left_out = [label for label, names in rb.parts
+                        if not any(n in t.found for n in names)]
+    n_left = len(t.parts_left_out)
+    if not n_left or n_left == len(rb.parts):
+        return None
+    return round(PART_SHARE * (len(rb.parts) - n_left) / len(rb.parts), 2)
 
 
 def _missing_lines(rb: Rubric, absent: list[tuple[str, str]], score: float) -> list[str]:
@@ -1135,6 +1178,22 @@ def _unchecked_claims(rb: Rubric, graded: list[str], sentences: list[str],
     return unchecked
 
 
+def _unread(rb: Rubric, graded: list[str], sentences: list[str],
+            accounted: list[_Mention]) -> list[str]:
+    """The sentences with a technical clause (:func:`_technical_claim`) that no concept,
+    misconception or true claim of the rubric touches: what the grader did not read at all. A
+    part of the question the answer seems to leave out may be there, in other words."""
+    accounted = accounted + _mentions(rb._true, graded, sentences, True, False)  # type: ignore[attr-defined]
+    out = []
+    for k, text in enumerate(graded):
+        for a, b in _clauses(text):
+            if _technical_claim(text[a:b], rb._topic) and not any(  # type: ignore[attr-defined]
+                    m.span[0] == k and m.span[1] < b and m.span[2] > a for m in accounted):
+                out.append(sentences[k])
+                break
+    return out
+
+
 def _flag_unchecked(unchecked: list[str], above_band: bool, reasons: list[str]) -> list[str]:
     """The learner's lines for the claims the grader could not check (the first two), and the
     reason to review; none when the score is at or below the review band anyway."""
@@ -1152,7 +1211,7 @@ def _disowned(graded: list[str], sentences: list[str]) -> str | None:
 
 
 def _review_reasons(rb: Rubric, t: _Tally, score: float, concept_score: float,
-                    disowned: str | None, long_on_topic: bool) -> list[str]:
+                    disowned: str | None, long_on_topic: bool, unread: list[str]) -> list[str]:
     """Why a person should read the answer, beyond the claims the grader could not check.
     ``disowned``: a sentence that takes back what the answer states; ``long_on_topic``: 20
     words or more that match three of the rubric's topic patterns."""
@@ -1173,7 +1232,13 @@ def _review_reasons(rb: Rubric, t: _Tally, score: float, concept_score: float,
         # not one the grader can stand behind
         reasons.append(f"{len(t.found)} of the question's ideas matched in an answer that never "
                        "names its topic: own wording, or loose words? (scored 0 until read)")
-    if lo < score < hi:
+    if t.part_capped and unread:
+        reasons.append(f"the answer seems to leave out {'; '.join(t.parts_left_out)}, but "
+                       f"{len(unread)} sentence(s) the grader could not read may answer it, "
+                       f"e.g. {_quote(unread[0], 100)}")
+    elif lo < score < hi and not (t.part_capped and not t.wrong and not t.denied):
+        # a score capped for a part left out, with every claim read, is one the grader can
+        # stand behind: the part is not there
         reasons.append(f"score {score:.2f} is in the review band {lo:g}-{hi:g}")
     if score <= lo and not t.wrong and not t.denied and long_on_topic:
         reasons.append("a long on-topic answer that matched little of the rubric")
