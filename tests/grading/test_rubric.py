@@ -920,6 +920,20 @@ def test_negated_or_reported_misconceptions_are_ignored(answer, rid):
      "says bf16 needs a GradScaler / loss scaling"),
     ("My first step would be to lower the batch size.", "oom_before_batch",
      "reduces the batch size first"),
+    # the comparison's subject a pronoun for the sentence's dtype (blind round r9)
+    ("bf16 has fp32's exponent range, so it needs no scaling, and it is also more precise than "
+     "fp16.", "fp16_loss_scaling", "says bf16 is more precise than fp16"),
+    # a wrong item in the list one claim is made of (blind round r9)
+    ("It is not exact with normalisation layers such as BatchNorm and LayerNorm, because they "
+     "compute their statistics over the micro-batch.", "accumulation_equivalence",
+     "says LayerNorm depends on the micro-batch"),
+    # blind round r10: a wrong factor of time, a claim by ellipsis, a relative clause
+    ("This extra forward roughly doubles the time per step.", "checkpointing_cost",
+     "says checkpointing doubles the step time"),
+    ("The activations grow with the batch, and so do the gradients.", "peak_moves",
+     "says the model states (weights, gradients, optimizer state) grow with the batch"),
+    ("The simplest fix is plain DDP on 8 GPUs, which spreads the states so each card holds "
+     "14 GB.", "bytes_conventions", "says plain data parallelism (DDP) splits the model states"),
 ])
 def test_plain_misconceptions_are_detected(answer, rid, name):
     assert name in grade_text(answer, rid).misconceptions
@@ -1015,10 +1029,34 @@ def test_over_length_answer_gets_a_message():
     "computation creates activations, and then the backward computation uses them later "
     "on, which takes its own time.",
 ])
-def test_long_on_topic_answer_that_matches_little_is_flagged(answer):
+def test_vague_technical_prose_that_matches_little_is_decided_low(answer):
+    """Technical words with no idea of the question: decided low, not sent to a person (blind
+    rounds r3-r9: 86% of such answers sent to review deserved what the grader gave them; the
+    rest were analogies, the next test)."""
     r = grade_text(answer, "checkpointing_cost")
-    assert r.score <= 0.2 and r.needs_review, r.report()
-    assert "matched little of the rubric" in r.review_reason
+    assert r.score <= 0.2 and not r.needs_review, r.report()
+
+
+def test_an_analogy_that_matches_little_goes_to_review():
+    """Plain words (an analogy) that match an idea or two: the grader cannot read the rest, so
+    the low score is provisional, not decided."""
+    analogy = ("Checkpointing works like a student who keeps only the chapter headings of a long "
+               "book instead of all the notes, and when the exam on the way back asks about a "
+               "chapter, reads that chapter a second time. The bag is lighter, the evening is "
+               "longer.")
+    r = grade_text(analogy, "checkpointing_cost")
+    assert r.needs_review and "plain words" in r.review_reason, r.report()
+
+
+def test_one_detail_without_a_main_idea_earns_nothing():
+    """A detail (a concept lighter than the rubric's main ideas) alone is a loose word, not an answer:
+    0, decided (it scored 0.1-0.18, outside the band, for off-topic answers in the blind rounds).
+    """
+    r = grade_text("The KV cache matters for serving: vLLM manages the cache memory of each GPU "
+                   "in pages, batching many requests per kernel for throughput.",
+                   "kv_cache_tradeoff")
+    assert r.score == 0.0 and not r.needs_review, r.report()
+    assert "one detail" in r.report()
 
 
 class _EvilStr(str):
@@ -1377,6 +1415,29 @@ def test_the_true_statement_is_not_the_misconception(claim):
     r = rb.grade_text(claim + _REST, "oom_before_batch")
     assert "claims mixed precision halves" not in r.report(), r.report()
     assert r.score >= 0.75, r.report()
+
+
+@pytest.mark.parametrize("claim, rid, name", [
+    ("bf16 has fp32's exponent range, so it needs no scaling, but it is less precise than fp16.",
+     "fp16_loss_scaling", "says bf16 is more precise than fp16"),
+    ("bf16 keeps fp32's range; fp16 has more mantissa bits, so it is more precise than bf16.",
+     "fp16_loss_scaling", "says bf16 is more precise than fp16"),
+    ("It breaks with BatchNorm, but not with LayerNorm, which normalises each item on its own.",
+     "accumulation_equivalence", "says LayerNorm depends on the micro-batch"),
+    ("BatchNorm, unlike LayerNorm, uses statistics over the micro-batch, so it breaks "
+     "accumulation.", "accumulation_equivalence", "says LayerNorm depends on the micro-batch"),
+    ("The recomputation costs about one extra forward, so a step takes about a third longer, "
+     "not double the time.", "checkpointing_cost", "says checkpointing doubles the step time"),
+    ("A backward costs about twice a forward, so the extra forward adds a third.",
+     "checkpointing_cost", "says checkpointing doubles the step time"),
+    ("The activations grow with the batch, and so does the logits tensor.", "peak_moves",
+     "says the model states (weights, gradients, optimizer state) grow with the batch"),
+    ("Plain DDP on 8 GPUs, which splits the batch, keeps a full copy of the states.",
+     "bytes_conventions", "says plain data parallelism (DDP) splits the model states"),
+])
+def test_the_true_comparison_is_not_the_misconception(claim, rid, name):
+    r = grade_text(claim, rid)
+    assert name not in r.misconceptions, r.report()
 
 
 def test_the_model_answer_says_what_stays_fp32():

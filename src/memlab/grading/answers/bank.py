@@ -496,6 +496,11 @@ FP16_LOSS_SCALING = Rubric(
             rf"bf16 {G(4)}(?:more|higher|better|greater) {G(1)}(?:precision|precise|accurate|"
             r"accuracy|mantissa)",
             rf"fp16 {G(4)}(?:less|lower|worse) {G(1)}(?:precision|precise|accurate)",
+            # "bf16 keeps fp32's range ..., and it is also more precise than fp16": the
+            # comparison's subject a pronoun for the dtype the sentence is about
+            r"bf16 (?:(?!fp16\b)[^.]){0,160}\b(?:it|this|that) (?:is|s|has|offers|gives) "
+            r"(?:also |even |much |slightly |a bit )?(?:more|higher|better|greater|finer) "
+            r"(?:precision|precise|accurate|accuracy|mantissa\w*)",
         ), 0.3, "fp16 has more mantissa bits (10) than bf16 (7): bf16 wins on range, not precision"),
         Misconception("says the loss is scaled down to avoid overflow", (
             rf"(?:scal|divid|shrink|reduc)\w* {G(2)}loss (?:down|to avoid overflow|"
@@ -651,6 +656,12 @@ ACCUMULATION_EQUIVALENCE = Rubric(
             rf"normali[sz]\w* (?:across|over) {G(2)}(?:samples|batch|items))",
             rf"(?:breaks?|not exact|differ\w*) {G(4)}(?:with|for|because of) (?:layer ?norm\w*|"
             r"rms ?norm\w*)",
+            # "not exact with normalisation layers such as BatchNorm and LayerNorm, because they
+            # compute their statistics over the micro-batch": named in one list, one claim
+            r"(?:breaks?|not exact|not equal|not the same|differ\w*|statistics|depends?) [^.]{0,80}"
+            r"batch ?norm\w* (?:and|or|,|as well as|plus) (?:also )?(?:layer ?norm|rms ?norm)",
+            r"batch ?norm\w* (?:and|or|,|as well as|plus) (?:also )?(?:layer ?norm|rms ?norm)\w* "
+            r"[^.]{0,80}(?:breaks?|not exact|statistics of|statistics over|depends? on)",
         ), 0.35, "LayerNorm normalises each item over its own features, so accumulation stays "
                  "exact with it; only BatchNorm uses the batch's statistics"),
     ),
@@ -1589,7 +1600,10 @@ DIRECTIONS = (
     Direction(
         "says the model states (weights, gradients, optimizer state) grow with the batch",
         (rf"{_SUBJECT}{_MSX_LIST} {G(3)}{_GROWS} {G(2)}(?:with|on) {G(3)}{_BATCH}",
-         rf"{_SUBJECT}{_MSX_LIST} {G(3)}(?:are|is) proportional to {G(3)}{_BATCH}"),
+         rf"{_SUBJECT}{_MSX_LIST} {G(3)}(?:are|is) proportional to {G(3)}{_BATCH}",
+         # "the activations grow with the batch, and so do the gradients": the claim by ellipsis
+         rf"{_GROWS} {G(3)}(?:with|on) {G(3)}{_BATCH}\w* (?:, )?(?:and )?so (?:do|does) "
+         rf"(?:the )?{_MSX_LIST}"),
         "only the activations grow with the batch; parameters, gradients and optimizer state "
         "are one set per parameter, whatever the batch",
         ("peak_moves", "activations_scaling", "oom_before_batch", "bytes_conventions",
@@ -1610,6 +1624,9 @@ DIRECTIONS = (
          rf"(?:split|shard|partition|divid|distribut)\w* {G(3)}(?:{_STATES}|{_MSX_LIST})",
          rf"(?:ddp|distributeddataparallel) {G(3)}(?:split|shard|partition|divid)\w* "
          rf"{G(3)}by (?:the number of )?{_GPUS}",
+         # "plain DDP on 8 GPUs, which spreads the states": a relative clause says what DDP does
+         rf"(?:ddp|distributeddataparallel|plain data parallel\w*) [^,.]{{0,30}}, (?:which|that) "
+         rf"(?:split|shard|partition|divid|distribut|spread)\w* {G(3)}(?:{_STATES}|{_MSX_LIST})",
          # "plain DDP over 8 GPUs ..., since each GPU then stores only an eighth of them": a share
          # per GPU said of DDP (of the batch it is true, so the batch's words end the claim)
          r"(?:ddp|distributed data parallel|plain data parallel\w*) (?:(?!(?:not|no|never|unlike|"
@@ -1736,6 +1753,16 @@ DIRECTIONS += (
         "forward pass and its activations run as before (an overflow in the forward is not "
         "what loss scaling prevents)",
         ("fp16_loss_scaling", "oom_before_batch")),
+    Direction(
+        "says checkpointing doubles the step time",
+        # one extra forward of a step that costs about three (forward + a backward of two):
+        # about a third more, not twice the time (checkpointing_cost's FACTS)
+        (rf"(?:recomput\w*|checkpointing|extra forward(?: pass)?|rerun\w*|second forward) "
+         rf"{G(4)}(?:roughly |about |nearly |almost |basically )?(?:doubl\w*|triples?|twice|2 ?x) "
+         rf"{G(2)}(?:the )?(?:time|step|training|compute|cost|runtime)",),
+        "the recomputation is about one extra forward of a step that costs about three "
+        "(a backward is about two forwards): roughly a third more time, not twice",
+        ("checkpointing_cost", "oom_before_batch")),
     Direction(
         "says checkpointing makes the gradients approximate",
         # recomputation reruns the same ops (the RNG state restored): the same values

@@ -48,8 +48,10 @@ in the rubric's review band (0.2-0.9: the grader's middle scores are the ones it
 often right about), a misconception next to strong concepts, a denied concept
 next to asserted ones, terse or list-like answers, a large share copied from the question,
 an answer that pastes the course's own text (model answer, explanation, recap passages
-in ``Rubric.course_text``) or the grader's hints, a long on-topic answer that matched
-little, and misconception phrases skipped as reported.
+in ``Rubric.course_text``) or the grader's hints, a long answer in plain words (an analogy)
+that matched little, and misconception phrases skipped as reported. Technical prose that
+matched little is decided: wrong or off the point. One detail (a concept of less weight
+than the rubric's main ideas, 1 or its heaviest) without any main idea earns nothing.
 
 Limits: the polarity is read from a few words around a mention, so double negatives,
 sarcasm and a denial placed after the claim ("checkpointing is free? no.") are not
@@ -324,8 +326,8 @@ class Rubric:
     """A short-answer question with its concept rubric.
 
     ``full_credit_at``: the share of the total concept weight that earns full credit.
-    ``topic``: patterns of on-topic words, used only to flag long on-topic answers that
-    matched little of the rubric. ``model_answer`` and ``explanation`` are the self-study
+    ``topic``: patterns of on-topic words: an idea's word in an answer that matches none is a
+    loose word, and a plain-words answer that matches little goes to review. ``model_answer`` and ``explanation`` are the self-study
     reveal; the model answer must itself score 1 with nothing missing (the tests check it).
     ``course_text``: passages of the notebooks on this question (recaps, the model rule):
     an answer that pastes them, or the model answer, explanation or hints, is flagged.
@@ -578,8 +580,6 @@ def _structureless_runs(tokens: list[str], frags: list[list[int]], out: _Blanked
                 out.exclude(stretch)
                 out.messages.append(f"a run of {len(stretch)} words with no sentence structure "
                                     "earns no credit")
-            elif len(stretch) >= 7:
-                out.review.append("a long phrase without function words")
             stretch = []
 
 
@@ -923,7 +923,8 @@ def _grade(raw: str, rb: Rubric, n_words: int) -> Result:
     lines += _flag_unchecked(unchecked, score > rb.review_band[0], reasons)
     unread = _unread(rb, graded, sentences, t.accounted) if t.part_capped else []
     reasons += _review_reasons(rb, t, score, concept_score, _disowned(graded, sentences),
-                               long_on_topic=n_words >= 20 and on_topic >= 3, unread=unread)
+                               plain_and_long=n_words >= 20 and (on_topic >= 3 or bool(t.found))
+                               and _plain(graded), unread=unread)
     if not t.found and not t.wrong and not t.denied:
         lines.insert(1, "none of the expected ideas were found: does this answer the question?")
     metrics.update(concept_score=round(concept_score, 3), penalty=round(t.penalty, 3))
@@ -1104,6 +1105,14 @@ def _score(rb: Rubric, t: _Tally, concept_score: float, on_topic: int, own_words
         # one correct key idea of five is worth a quarter of the points, as an interviewer gives
         # it; in an answer about the question's topic (one loose word elsewhere is no idea)
         score = max(score, FIRST_IDEA)
+    minor = [c for c in rb.concepts if c.name in t.found]
+    main = min(1.0, max(c.weight for c in rb.concepts))   # the weight of a main idea
+    if len(minor) == 1 and minor[0].weight < main and score < rb.review_band[0]:
+        # a detail of the answer with nothing it details ("vLLM", "effective batch"): a loose
+        # word, not an answer to the question
+        score = 0.0
+        t.concept_lines.append(f"no credit: one detail ({minor[0].name}) without any of the "
+                               "question's main ideas")
     if t.fatal:
         score = min(score, FATAL_CAP)
     # a part the question asks for by name, left out: full credit at full_credit_at does not
@@ -1194,6 +1203,17 @@ def _unread(rb: Rubric, graded: list[str], sentences: list[str],
     return out
 
 
+PLAIN_DENSITY = 0.08
+
+
+def _plain(graded: list[str]) -> bool:
+    """Whether the answer is written in plain words: fewer than ``PLAIN_DENSITY`` of its words
+    name a consumer, a technique, a dtype, a unit, a number or a change (:data:`_CLAIM`)."""
+    text = " ".join(graded)
+    words = sum(map(_is_word, text.split()))
+    return len(_CLAIM.findall(text)) < PLAIN_DENSITY * words
+
+
 def _flag_unchecked(unchecked: list[str], above_band: bool, reasons: list[str]) -> list[str]:
     """The learner's lines for the claims the grader could not check (the first two), and the
     reason to review; none when the score is at or below the review band anyway."""
@@ -1211,15 +1231,19 @@ def _disowned(graded: list[str], sentences: list[str]) -> str | None:
 
 
 def _review_reasons(rb: Rubric, t: _Tally, score: float, concept_score: float,
-                    disowned: str | None, long_on_topic: bool, unread: list[str]) -> list[str]:
+                    disowned: str | None, plain_and_long: bool, unread: list[str]) -> list[str]:
     """Why a person should read the answer, beyond the claims the grader could not check.
-    ``disowned``: a sentence that takes back what the answer states; ``long_on_topic``: 20
-    words or more that match three of the rubric's topic patterns."""
+    ``disowned``: a sentence that takes back what the answer states; ``plain_and_long``: 20
+    words or more, in plain words (:func:`_plain`), that match an idea or three of the
+    rubric's topic patterns; ``unread``: the sentences no pattern read (:func:`_unread`), looked
+    for only when a part of the question seems left out."""
     lo, hi = rb.review_band
     reasons = []
     if t.wrong and concept_score >= 0.6:
         reasons.append("a misconception next to strong concepts")
-    if t.denied and t.found:
+    if t.denied and t.found and score > lo:
+        # a denial beside stated ideas: a nuance of a good answer, or the answer taking its
+        # ideas back; decided only when the score is low anyway
         reasons.append("the answer denies an idea next to ideas it states")
     if disowned is not None and t.found:
         # "my roommate insists that ... He is wrong about every word": the ideas are stated
@@ -1240,6 +1264,9 @@ def _review_reasons(rb: Rubric, t: _Tally, score: float, concept_score: float,
         # a score capped for a part left out, with every claim read, is one the grader can
         # stand behind: the part is not there
         reasons.append(f"score {score:.2f} is in the review band {lo:g}-{hi:g}")
-    if score <= lo and not t.wrong and not t.denied and long_on_topic:
-        reasons.append("a long on-topic answer that matched little of the rubric")
+    if score <= lo and not t.wrong and not t.denied and plain_and_long:
+        # technical prose the rubric does not match is wrong or off the point, and decided so;
+        # plain words (an analogy, a story) may be the ideas in words no pattern knows
+        reasons.append("an answer in plain words that matched little of the rubric: its own "
+                       "wording of the ideas, or no answer? (scored low until read)")
     return reasons
