@@ -10,7 +10,9 @@ the clean regrade outside the kernel that catches a patched grader.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
+import io
 import json
 import re
 import shutil
@@ -29,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "solutions" / "07_interview_prep" / "07_interview_prep.ipynb"
 RELEASE = ROOT / "notebooks" / "07_interview_prep" / "07_interview_prep.ipynb"
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
-KEY_CALL = re.compile(r'ml\.interview\.grade\("(q\d+)", _answer, (.+)\)\n')
+# the key, then the end of the call or its list of known mistakes
+KEY_CALL = re.compile(r'ml\.interview\.grade\("(q\d+)", _answer, ([^\n]+?)(?:\)|, mistakes=\{[^\n]*)\n')
 
 
 def _load(path):
@@ -871,3 +874,40 @@ def test_q39_and_q40_numbers(source, keys):
     assert 3.5e-3 < memory_s < 4.5e-3 and compute_s == pytest.approx(1.4e-5, rel=0.05)
     assert memory_s / compute_s > 100
     assert _options(_prompt(source, "q40"))[keys["q40"]].startswith("memory bandwidth")
+
+
+# ------------------------------------------------------------------ known mistakes, named
+MISTAKES_CALL = re.compile(
+    r'ml\.interview\.grade\("(q\d+)", _answer, [^\n]+?, mistakes=(\{.*?\})\)', re.S)
+
+
+def test_a_known_mistake_is_named_and_scores_as_it_would():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        hit = iv.grade("q1", "15.7 GB", 20.8, mistakes={15.6: "Adam keeps two moments"})
+        right = iv.grade("q1", "20.8 GB", 20.8, mistakes={15.6: "Adam keeps two moments"})
+        other = iv.grade("q1", "30 GB", 20.8, mistakes={15.6: "Adam keeps two moments"})
+        label = iv.grade("q3", "a", "b", mistakes={"a": "both count a 16-bit copy"})
+    text = out.getvalue()
+    assert hit.score == 0.0 and text.count("a known mistake:") == 2
+    assert "- a known mistake: Adam keeps two moments" in text
+    assert "- a known mistake: both count a 16-bit copy" in text
+    assert right.score == 1.0 and other.score == 0.0 and label.score == 0.0
+
+
+def test_the_hidden_known_mistakes_are_wrong_answers_and_never_released(source, keys):
+    """Each known mistake of 07's hidden tests scores below full marks (more than 5% from its
+    key, or another label), and the release shows none of them (they point at the key)."""
+    found = {}
+    for cell in _cells(source).values():
+        for qid, listed in MISTAKES_CALL.findall(_src(cell)):
+            found[qid] = ast.literal_eval(listed)
+    assert len(found) >= 15, sorted(found)
+    for qid, listed in found.items():
+        for wrong in listed:
+            if isinstance(wrong, str):
+                assert wrong != keys[qid], qid
+            else:
+                assert abs(wrong - keys[qid]) > 0.05 * abs(keys[qid]), (qid, wrong)
+    released = json.dumps(_load(RELEASE))
+    assert "mistakes=" not in released and "a known mistake" not in released

@@ -1189,6 +1189,15 @@ def test_plain_number_is_flagged_unless_the_question_says_its_unit():
     assert grade_numeric("24", 24, "GB").score == 1.0 and not grade_numeric("24", 24, "GB").needs_review
 
 
+@pytest.mark.parametrize("answer, expected, unit", [("32", 4, ""), ("2", 4, "x"), (32, 4, "")])
+def test_a_wrong_count_or_factor_is_wrong_not_unitless(answer, expected, unit):
+    """A count ("how many accumulation steps?") or a factor has no unit to leave out: a wrong
+    plain number scores 0, decided, with no "write the unit" line (07's q18 and q6 once sent
+    every wrong answer to review with "a plain number is read in : write the unit with it")."""
+    r = grade_numeric(answer, expected, unit)
+    assert r.score == 0.0 and not r.needs_review and "write the unit" not in r.report(), r.report()
+
+
 def test_plain_number_in_bytes_is_flagged():
     r = grade_numeric("24000000000", 24, "GB")
     assert r.score == 0 and r.needs_review

@@ -219,7 +219,8 @@ def grade_numeric(
       8 (bits for bytes). ``Mb``/``Gb``/``Gbit`` are bits: "1552 Mb" is 194 MB.
     - A plain number (``0.4`` or ``"0.4"``) is read in ``unit``. Unless the question says
       so (``plain_in_unit=True``: "answer in ms"), a plain number that is not right is
-      flagged for review, and the feedback says which unit would make it right.
+      flagged for review, and the feedback says which unit would make it right; a count or a
+      factor (``unit`` "" or "x") has no unit to leave out.
     - Shown working is fine: in ``"1.3B x 16 B = 20.8 GB"`` the value after the last
       ``=`` is the answer.
     """
@@ -243,7 +244,9 @@ def grade_numeric(
             score = 0.0
             lines.append(mixup)
             details["unit_mixup"] = True
-    if score < 1.0 and not quantity.unit:
+    if score < 1.0 and not quantity.unit and family not in ("count", "ratio"):
+        # a count or a factor has no unit to leave out: "32" for "how many steps?" and "2" for
+        # "by what factor?" are wrong numbers, not unit mix-ups
         _plain_number(value, family, unit, unit_size, band, plain_in_unit, lines, reasons)
     if quantity.unit.endswith(("bit", "bits")):
         lines.append(f"'{written}' is read as bits (8 bits = 1 byte): write B, MB, GB, MiB or "

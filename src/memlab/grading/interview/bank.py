@@ -368,13 +368,22 @@ def _numeric_lines(result, unit: str) -> list[str]:
     return [f"you gave {shown}: {band}"] + result.feedback[1:]
 
 
-def grade(qid: str, answer: object, key: object = None):
+MISTAKE_TOL = 0.02   # a numeric answer within 2% of a known mistake's value is that mistake
+
+
+def grade(qid: str, answer: object, key: object = None,
+          mistakes: Mapping[Any, str] | None = None):
     """Grade ``answer`` to question ``qid`` and print the feedback; returns a
     :class:`memlab.grading.answers.grade.Result` (end the test cell with ``result.points(N)``).
 
     ``key``: the number (in the question's unit), the label, the labels or the order;
-    ``None`` for text questions. Nothing is written to stderr. When the grade is uncertain,
-    prints ``NEEDS MANUAL REVIEW: <qid> ...`` (see :func:`find_reviews`).
+    ``None`` for text questions. ``mistakes``: the known wrong answers of a numeric or
+    single-choice question and what each one got wrong ({15.6: "Adam's state counted as one
+    value per parameter"}, {"a": "..."}); an answer that is one of them (a number within
+    ``MISTAKE_TOL``) is told which mistake it is. Like the key, they belong in the hidden test
+    cell: a list of wrong answers and their causes points at the right one. Nothing is written
+    to stderr. When the grade is uncertain, prints ``NEEDS MANUAL REVIEW: <qid> ...`` (see
+    :func:`find_reviews`).
     """
     q = _question(qid)
     rb = _engine()
@@ -408,6 +417,8 @@ def grade(qid: str, answer: object, key: object = None):
             result = rb.grade_choice(answer, correct, options=q.options, reveal=False,
                                      multiple=q.kind == "multi")
             lines = list(result.feedback)
+    if mistakes and result.score < 1.0:
+        lines += _mistake_lines(q, result, answer, mistakes)
     points = result.points(q.points)
     print(f"{qid.upper()} ({q.kind}): {points:g} of {q.points:g} points")
     for line in lines:
@@ -415,6 +426,23 @@ def grade(qid: str, answer: object, key: object = None):
     if result.needs_review:
         print(f"{REVIEW_MARKER} {qid} ({points:g} of {q.points:g} points): {result.review_reason}")
     return result
+
+
+def _mistake_lines(q: Question, result, answer: object, mistakes: Mapping[Any, str]) -> list[str]:
+    """The line naming the known mistake ``answer`` is, if it is one."""
+    if q.kind == "numeric":
+        value = result.details.get("value")
+        if value is None:
+            return []
+        for wrong, why in mistakes.items():
+            if abs(value - wrong) <= MISTAKE_TOL * abs(wrong):
+                return [f"a known mistake: {why}"]
+        return []
+    if q.kind == "choice":
+        label = _label(answer)
+        why = mistakes.get(label) if label is not None else None
+        return [f"a known mistake: {why}"] if why else []
+    return []
 
 
 # -------------------------------------------------------------------------- practice
