@@ -113,6 +113,14 @@ first look 2026-12-06 on the grader above, before any tuning on r10):
     after DDP ("plain DDP on 8 GPUs, which spreads the states"). After: 46/49 93.9%,
     provisional 59.2%; r3-r10 467/492 94.9% decided in band, provisional 48.2%, wrong class
     decided above 0.2: 0, strong decided below 0.7: 2 (r8's analogies).
+r11 (120 answers, 12 classes, a third helper under the same rules, asked for practitioners'
+words beside the course's; first look 2026-12-06 on the final grader of this stop, never tuned
+on): decided in band 52/58 89.7%, provisional 51.7%, wrong class decided above 0.2: 0,
+one-false-claim decided above its band: 3 (bf16 "also more precise", LayerNorm in a list,
+ZeRO said to divide the activations: two of them the kinds r9 taught, in words the patterns
+written for r9 do not reach), strong below 0.7: 0; the other misses: two negated answers
+(0.10 and 0.15) and a confidently wrong one (0.15) for [0, 0.1]. The grader of 99931c2 on the same answers:
+39/48 81.2%, provisional 60.0%, wrong above 0.2: 1, one-false-claim above band 4.
 """
 from __future__ import annotations
 
@@ -155,6 +163,7 @@ ROUNDS = {r.name: r for r in (
     Round("r8", 12, _WRONG, _STRONG, 0.92, 0.44, 0, 2, 0),
     Round("r9", 12, _WRONG, _STRONG, 0.96, 0.50, 0, 0, 2),
     Round("r10", 12, _WRONG, _STRONG, 0.93, 0.60, 0, 0, 0),
+    Round("r11", 12, _WRONG, _STRONG, 0.89, 0.52, 0, 0, 3),
 )}
 
 
