@@ -68,7 +68,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .result import Result, _as_text, _flagged, _type_name
 from .spelling import Corrector, pattern_words
@@ -1163,6 +1163,24 @@ def _missing_lines(rb: Rubric, absent: list[tuple[str, str]], score: float) -> l
     return lines
 
 
+def _sentences_with(rb: Rubric, graded: list[str], sentences: list[str],
+                    accounted: list[_Mention], true_polarities: tuple[str, ...],
+                    flags: Callable[[str, list[_Mention], int], bool]) -> list[str]:
+    """The sentences (as written) with a clause for which ``flags(clause, near, start)`` holds:
+    ``near`` are the mentions that overlap the clause (``accounted``, and the rubric's true
+    claims read with one of ``true_polarities``), ``start`` its offset in its sentence."""
+    true = _mentions(rb._true, graded, sentences, True, False)  # type: ignore[attr-defined]
+    accounted = accounted + [m for m in true if m.polarity in true_polarities]
+    out: list[str] = []
+    for k, text in enumerate(graded):
+        for a, b in _clauses(text):
+            near = [m for m in accounted if m.span[0] == k and m.span[1] < b and m.span[2] > a]
+            if flags(text[a:b], near, a):
+                out.append(sentences[k])
+                break
+    return out
+
+
 def _unchecked_claims(rb: Rubric, graded: list[str], sentences: list[str],
                       accounted: list[_Mention]) -> list[str]:
     """The sentences with a clause no pattern accounts for: one that makes a technical claim no
@@ -1172,21 +1190,14 @@ def _unchecked_claims(rb: Rubric, graded: list[str], sentences: list[str],
     its own match: not for the words its gaps let through (a pattern "accumulation ...
     gradient" never said what its gap holds)."""
     known = _known_numbers((rb.question, *rb.reference_texts(), *rb.facts))
-    accounted = accounted + [m for m in _mentions(rb._true,  # type: ignore[attr-defined]
-                                                  graded, sentences, True, False)
-                             if m.polarity == "assert"]
-    unchecked: list[str] = []
-    for k, text in enumerate(graded):
-        for a, b in _clauses(text):
-            clause = text[a:b]
-            near = [m for m in accounted if m.span[0] == k and m.span[1] < b and m.span[2] > a]
-            loose = [w for w in _DECISIVE.finditer(clause) if not _explained(
-                near, a + w.start(), a + w.end(), w.group())]
-            if (loose and _technical_claim(clause, rb._topic)  # type: ignore[attr-defined]
-                    ) or _unknown_number(clause, known):
-                unchecked.append(sentences[k])
-                break
-    return unchecked
+
+    def unchecked(clause: str, near: list[_Mention], a: int) -> bool:
+        loose = [w for w in _DECISIVE.finditer(clause)
+                 if not _explained(near, a + w.start(), a + w.end(), w.group())]
+        return bool(loose and _technical_claim(clause, rb._topic)  # type: ignore[attr-defined]
+                    ) or _unknown_number(clause, known)
+
+    return _sentences_with(rb, graded, sentences, accounted, ("assert",), unchecked)
 
 
 def _unread(rb: Rubric, graded: list[str], sentences: list[str],
@@ -1194,16 +1205,9 @@ def _unread(rb: Rubric, graded: list[str], sentences: list[str],
     """The sentences with a technical clause (:func:`_technical_claim`) that no concept,
     misconception or true claim of the rubric touches: what the grader did not read at all. A
     part of the question the answer seems to leave out may be there, in other words."""
-    true = rb._true  # type: ignore[attr-defined]
-    accounted = accounted + _mentions(true, graded, sentences, True, False)
-    out = []
-    for k, text in enumerate(graded):
-        for a, b in _clauses(text):
-            if _technical_claim(text[a:b], rb._topic) and not any(  # type: ignore[attr-defined]
-                    m.span[0] == k and m.span[1] < b and m.span[2] > a for m in accounted):
-                out.append(sentences[k])
-                break
-    return out
+    topic = rb._topic  # type: ignore[attr-defined]
+    return _sentences_with(rb, graded, sentences, accounted, ("assert", "deny", "name", "report"),
+                           lambda clause, near, a: not near and _technical_claim(clause, topic))
 
 
 PLAIN_DENSITY = 0.08   # blind rounds r3-r9, answers that matched little: the two analogies at
